@@ -1,0 +1,118 @@
+"""Offline tiny model and tokenizer for tests, smoke runs and CPU benchmarks.
+
+Nothing here touches the network: a byte-level BPE tokenizer is trained on a small built-in corpus, wrapped as a
+`PreTrainedTokenizerFast` with a ChatML template, and paired with a randomly initialised `Qwen3ForCausalLM`
+(hidden size 64, 2 layers). The result is saved to a directory that loads with `from_pretrained` exactly like a
+hub checkpoint, so the real loading code paths are exercised.
+
+>>> import tempfile
+>>> from transformers import AutoModelForCausalLM, AutoTokenizer
+>>> path = build_tiny_model(tempfile.mkdtemp())
+>>> AutoModelForCausalLM.from_pretrained(path).config.hidden_size
+64
+"""
+
+from __future__ import annotations
+
+import os
+
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+_CORPUS = [
+    "What is 12 + 35? Please reason step by step, and put your final answer within \\boxed{}.",
+    "The answer is \\boxed{47}. We add the tens and then the ones.",
+    "Let x be a real number such that 2x + 3 = 11. Then x = 4, so the answer is \\boxed{4}.",
+    "Compute \\frac{1}{2} + \\frac{1}{3} = \\frac{5}{6}. The final answer is \\boxed{\\frac{5}{6}}.",
+    "A train travels 60 miles in 2 hours. Its speed is 30 miles per hour.",
+    "system user assistant You are a helpful assistant. Solve the problem.",
+    "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 + - * / = ( ) [ ] { } ^ _ . , ; : ! ?",
+    "Therefore, the sum of the roots is 7 and the product is 12. So the answer is \\boxed{7}.",
+    "Find the area of a circle of radius 3. The area is 9\\pi, so \\boxed{9\\pi}.",
+]
+
+
+def build_tiny_tokenizer(vocab_size: int = 512):
+    """Train a byte-level BPE tokenizer on the built-in corpus and wrap it as a fast tokenizer with a chat template.
+
+    Args:
+        vocab_size (`int`, *optional*, defaults to `512`):
+            Target vocabulary size (the byte alphabet and the special tokens always fit).
+
+    Returns:
+        `transformers.PreTrainedTokenizerFast` with `eos_token="<|im_end|>"` and `pad_token="<|endoftext|>"`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+    )
+
+
+def build_tiny_model(output_dir: str | os.PathLike, seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> str:
+    """Save a randomly initialised `Qwen3ForCausalLM` and its tokenizer to `output_dir`.
+
+    Args:
+        output_dir (`str` or `os.PathLike`):
+            Directory to write `config.json`, the weights and the tokenizer files to (created if missing).
+        seed (`int`, *optional*, defaults to `0`):
+            Seed of the random initialisation.
+        hidden_size (`int`, *optional*, defaults to `64`):
+            Hidden size of the model.
+        num_layers (`int`, *optional*, defaults to `2`):
+            Number of decoder layers.
+
+    Returns:
+        `str`: the directory, ready for `AutoModelForCausalLM.from_pretrained`.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+
+    output_dir = str(output_dir)
+    tokenizer = build_tiny_tokenizer()
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden_size // 4,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
+    )
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
