@@ -1,0 +1,62 @@
+"""Train PACS on the tiny model for a few steps and record what the loss saw; launched by tests/test_trainer.py.
+
+accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_tiny.py MODEL_DIR OUT_DIR
+accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_tiny.py MODEL_DIR OUT_DIR
+"""
+
+import json
+import os
+import sys
+
+import torch
+from datasets import Dataset
+
+from pacs import PACSConfig, PACSTrainer
+
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2) for c in completions]
+
+
+def main(model_dir: str, out_dir: str) -> None:
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(64)]})
+    args = PACSConfig(
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        steps_per_generation=2,
+        max_completion_length=8,
+        max_steps=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+    )
+    trainer = PACSTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset)
+    seen = []
+    compute_loss = trainer._compute_loss
+
+    def spy(model, inputs):
+        seen.append(inputs["prompt_ids"].tolist())
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = spy
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    record = {
+        "rank": rank,
+        "world_size": trainer.accelerator.num_processes,
+        "zero_stage": trainer.accelerator.state.deepspeed_plugin.zero_stage if trainer.is_deepspeed_enabled else None,
+        "prompt_ids": seen,
+        "log_history": trainer.state.log_history,
+        "finite_params": all(torch.isfinite(p).all().item() for p in trainer.model.parameters()),
+    }
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

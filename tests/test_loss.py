@@ -1,0 +1,204 @@
+"""Tests of `pacs.loss`: hand-computed values, gradcheck of all 24 variants, the RLOO reduction, rank splitting."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from pacs.loss import (
+    CLASS_WEIGHTS,
+    REWARD_PROXIES,
+    SCORES,
+    compute_class_weight,
+    compute_reward_proxy,
+    compute_score,
+    pacs_loss,
+)
+
+
+VARIANTS = list(itertools.product(REWARD_PROXIES, SCORES, CLASS_WEIGHTS))
+
+
+def _bce(logit: float, label: float) -> float:
+    p = 1 / (1 + math.exp(-logit))
+    return -(label * math.log(p) + (1 - label) * math.log(1 - p))
+
+
+def _batch(B=8, T=5, G=4, seed=0, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    logps = -torch.rand(B, T, generator=gen, dtype=dtype) * 2
+    old = logps + 0.3 * torch.randn(B, T, generator=gen, dtype=dtype)
+    mask = torch.ones(B, T, dtype=dtype)
+    mask[1, 3:] = 0  # padding
+    mask[5, 1:] = 0
+    labels = torch.tensor([1, 0, 0, 1, 0, 0, 0, 1], dtype=dtype)[:B]
+    return logps, old, mask, labels
+
+
+def test_variant_count():
+    assert len(VARIANTS) == 24
+
+
+def test_hand_computed_rloo_balanced():
+    # Two groups of G=2, T=2. r_i = sum_t m (logp - old).
+    logps = torch.tensor([[-1.0, -2.0], [-0.5, -0.5], [-1.0, -1.0], [-2.0, -3.0]])
+    old = torch.tensor([[-1.5, -2.0], [-0.5, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    labels = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    r = [0.5, 0.0, 0.0, -3.0]  # row 1's second token is masked out
+    psi = [r[0] - r[1], r[1] - r[0], r[2] - r[3], r[3] - r[2]]  # G=2: minus the other one
+    w = [1.0, 1.0, 1.0, 1.0]  # group 1: one positive, one negative -> G/2k = 1; group 2: all positive -> 1
+    expected = sum(wi * _bce(p, y) for wi, p, y in zip(w, psi, labels.tolist())) / 4
+    loss, stats = pacs_loss(logps, old, mask, labels, 2, beta=1.0)
+    assert stats["rewards"].tolist() == pytest.approx(r)
+    assert stats["psi"].tolist() == pytest.approx(psi)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    # beta scales psi linearly
+    loss2, stats2 = pacs_loss(logps, old, mask, labels, 2, beta=2.0)
+    assert stats2["psi"].tolist() == pytest.approx([2 * p for p in psi])
+    assert loss2.item() == pytest.approx(sum(_bce(2 * p, y) for p, y in zip(psi, labels.tolist())) / 4, rel=1e-6)
+
+
+def test_hand_computed_rloo_g4_weights_and_divide_by_B():
+    # G=4, one group; r = (1, 2, 3, 6); psi_i = r_i - mean of the other three.
+    r = torch.tensor([1.0, 2.0, 3.0, 6.0])
+    logps = r[:, None].repeat(1, 1)
+    labels = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    loss, stats = pacs_loss(logps, torch.zeros_like(logps), torch.ones_like(logps), labels, 4)
+    psi = [1 - 11 / 3, 2 - 10 / 3, 3 - 9 / 3, 6 - 6 / 3]
+    w = [4 / 2, 4 / 6, 4 / 6, 4 / 6]  # k=1 of G=4: G/2k and G/2(G-k)
+    assert stats["psi"].tolist() == pytest.approx(psi, rel=1e-6)
+    assert stats["weights"].tolist() == pytest.approx(w, rel=1e-6)
+    expected = sum(wi * _bce(p, y) for wi, p, y in zip(w, psi, labels.tolist())) / 4  # by B, not sum(w)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_grpo_score_uses_unbiased_std():
+    r = torch.tensor([1.0, 2.0, 3.0, 6.0, 0.0, 0.0, 1.0, 1.0])
+    psi = compute_score(r, 4, "grpo")
+    for g in range(2):
+        x = r[4 * g : 4 * g + 4].tolist()
+        mean = sum(x) / 4
+        std = math.sqrt(sum((v - mean) ** 2 for v in x) / 3)
+        assert psi[4 * g : 4 * g + 4].tolist() == pytest.approx([(v - mean) / (std + 1e-6) for v in x], rel=1e-6)
+
+
+def test_naive_score_and_mean_logp_proxy():
+    logps = torch.tensor([[-1.0, -3.0], [-2.0, -4.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    r = compute_reward_proxy(logps, None, mask, beta=2.0, reward_proxy="mean_logp")
+    assert r.tolist() == pytest.approx([2 * -2.0, 2 * -2.0])
+    assert compute_score(r, 2, "naive").tolist() == r.tolist()
+    # an all-masked row (e.g. masked truncated completion) has proxy 0, not NaN
+    r0 = compute_reward_proxy(logps, None, torch.zeros_like(mask), reward_proxy="mean_logp")
+    assert r0.tolist() == [0.0, 0.0]
+
+
+def test_class_weights_rules():
+    labels = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    balanced = compute_class_weight(labels, 4, "balanced")
+    assert balanced.tolist() == pytest.approx([2.0, 2 / 3, 2 / 3, 2 / 3] + [1.0] * 8)
+    assert compute_class_weight(labels, 4, "positive_only").tolist() == labels.tolist()
+    assert compute_class_weight(labels, 4, "negative_only").tolist() == (1 - labels).tolist()
+    assert compute_class_weight(labels, 4, None).tolist() == [1.0] * 12
+    # balanced: positives and negatives carry the same total weight in a mixed group
+    lab = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
+    w = compute_class_weight(lab, 8, "balanced")
+    assert (w * lab).sum().item() == pytest.approx((w * (1 - lab)).sum().item())
+
+
+def test_sample_weight_zero_rows_leave_class_counts():
+    labels = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    sample_weight = torch.tensor([1.0, 1.0, 0.0, 1.0])  # row 2 unscorable: group counts n=3, k=1
+    w = compute_class_weight(labels, 4, "balanced", sample_weight)
+    assert w.tolist() == pytest.approx([3 / 2, 3 / 4, 0.0, 3 / 4])
+
+
+@pytest.mark.parametrize("reward_proxy,score,class_weight", VARIANTS)
+def test_gradcheck_all_variants(reward_proxy, score, class_weight):
+    logps, old, mask, labels = _batch()
+    logps.requires_grad_(True)
+
+    def f(x):
+        return pacs_loss(x, old, mask, labels, 4, 1.5, reward_proxy, score, class_weight)[0]
+
+    assert torch.autograd.gradcheck(f, (logps,), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("reward_proxy,score,class_weight", VARIANTS)
+def test_on_policy_psi_zero_is_finite(reward_proxy, score, class_weight):
+    logps, _, mask, labels = _batch(dtype=torch.float32)
+    logps.requires_grad_(True)
+    loss, stats = pacs_loss(logps, None, mask, labels, 4, 1.0, reward_proxy, score, class_weight)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert torch.isfinite(logps.grad).all()
+    if reward_proxy == "log_ratio":
+        assert stats["psi"].abs().max().item() == 0.0
+    # a fully degenerate batch (all labels equal, all proxies equal) is finite too
+    flat = torch.zeros(8, 5, requires_grad=True)
+    loss0, _ = pacs_loss(flat, None, mask, torch.zeros(8), 4, 1.0, reward_proxy, score, class_weight)
+    loss0.backward()
+    assert torch.isfinite(loss0) and torch.isfinite(flat.grad).all()
+
+
+@pytest.mark.parametrize("beta", [1.0, 2.0])
+def test_on_policy_gradient_is_rloo(beta):
+    B, T, G = 8, 6, 4
+    logps, _, mask, _ = _batch(B, T, G)
+    labels = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    logps.requires_grad_(True)
+    loss, _ = pacs_loss(logps, None, mask, labels, G, beta=beta, class_weight=None)
+    loss.backward()
+    grouped = labels.view(-1, G)
+    advantage = (grouped - (grouped.sum(-1, keepdim=True) - grouped) / (G - 1)).view(-1)  # RLOO: R_i - mean_{j!=i}
+    expected = -(beta / B) * advantage[:, None] * mask
+    torch.testing.assert_close(logps.grad, expected)
+
+
+def test_split_over_two_ranks_matches_one_process():
+    # DDP averages the gradients of the ranks; each rank averages over its own whole groups.
+    logps, old, mask, labels = _batch(B=8, G=4)
+    labels = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    full = logps.clone().requires_grad_(True)
+    pacs_loss(full, old, mask, labels, 4, beta=2.0)[0].backward()
+
+    parts = [logps[:4].clone().requires_grad_(True), logps[4:].clone().requires_grad_(True)]
+    rank_losses = [
+        pacs_loss(part, old[4 * r : 4 * r + 4], mask[4 * r : 4 * r + 4], labels[4 * r : 4 * r + 4], 4, 2.0)[0]
+        for r, part in enumerate(parts)
+    ]
+    (sum(rank_losses) / 2).backward()  # the all-reduce mean of DDP
+    torch.testing.assert_close(torch.cat([p.grad for p in parts]), full.grad)
+
+
+def test_off_policy_gradient_differs_from_rloo():
+    logps, old, mask, labels = _batch()
+    logps.requires_grad_(True)
+    pacs_loss(logps, old, mask, labels, 4, class_weight=None)[0].backward()
+    on = logps.detach().clone().requires_grad_(True)
+    pacs_loss(on, None, mask, labels, 4, class_weight=None)[0].backward()
+    assert not torch.allclose(logps.grad, on.grad)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"reward_proxy": "logratio"}, "reward_proxy"),
+        ({"score": "ppo"}, "score"),
+        ({"class_weight": "question"}, "class_weight"),
+    ],
+)
+def test_unknown_variant_raises(kwargs, match):
+    logps, old, mask, labels = _batch()
+    with pytest.raises(ValueError, match=match):
+        pacs_loss(logps, old, mask, labels, 4, **kwargs)
+
+
+def test_bad_shapes_raise():
+    logps, old, mask, labels = _batch()
+    with pytest.raises(ValueError, match="whole groups"):
+        pacs_loss(logps, old, mask, labels, 3)
+    with pytest.raises(ValueError, match="labels must have shape"):
+        pacs_loss(logps, old, mask, labels[:4], 4)

@@ -1,0 +1,273 @@
+"""Tests of `pacs.trainer.PACSTrainer` on the tiny offline model: groups stay whole, labels travel with their rows,
+the model learns, LoRA, evaluation, KL, two CPU processes and DeepSpeed ZeRO-3."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+
+from pacs import PACSConfig, PACSTrainer
+from pacs.trainer import shuffle_groups
+
+
+SCRIPT = Path(__file__).parent / "scripts" / "train_tiny.py"
+PACS_METRICS = (
+    "pacs/loss",
+    "pacs/psi_mean",
+    "pacs/psi_std",
+    "pacs/critic_accuracy",
+    "pacs/critic_brier",
+    "pacs/label_mean",
+    "pacs/frac_mixed_groups",
+)
+
+
+def parity_reward(completions, **kwargs):
+    """1.0 for a completion with an odd number of characters: random enough to mix labels within groups."""
+    return [float(len(c) % 2) for c in completions]
+
+
+def prompts(n=32):
+    return Dataset.from_dict({"prompt": [f"What is {i} + {3 * i}?" for i in range(n)]})
+
+
+def config(tmp_path, **kwargs):
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=3,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+    )
+    return PACSConfig(**{**base, **kwargs})
+
+
+class Recorder:
+    """Wraps `_compute_loss` to keep what every micro-batch looked like."""
+
+    def __init__(self, trainer):
+        self.batches = []
+        self._compute_loss = trainer._compute_loss
+        trainer._compute_loss = self
+
+    def __call__(self, model, inputs):
+        self.batches.append({k: v.detach().clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        return self._compute_loss(model, inputs)
+
+
+def assert_whole_groups(prompt_ids: torch.Tensor, G: int):
+    grouped = prompt_ids.view(-1, G, prompt_ids.size(-1))
+    assert (grouped == grouped[:, :1]).all(), "a micro-batch holds a split group"
+    assert len({tuple(g[0].tolist()) for g in grouped}) == grouped.size(0), "two groups of the same prompt"
+
+
+def test_shuffle_groups_keeps_groups_and_permutes():
+    torch.manual_seed(0)
+    data = {"x": torch.arange(12), "y": [f"r{i}" for i in range(12)], "n": torch.tensor(3), "z": None}
+    orders = set()
+    for _ in range(10):
+        out = shuffle_groups(data, 3)
+        assert out["n"].item() == 3 and out["z"] is None
+        assert out["y"] == [f"r{i}" for i in out["x"].tolist()]
+        groups = out["x"].view(-1, 3)
+        assert ((groups - groups[:, :1]) == torch.arange(3)).all() and (groups[:, 0] % 3 == 0).all()
+        orders.add(tuple(groups[:, 0].tolist()))
+    assert len(orders) > 1
+    with pytest.raises(ValueError, match="whole groups"):
+        shuffle_groups({"x": torch.arange(5)}, 2)
+
+
+def test_multi_step_training_keeps_groups_and_labels_and_learns(tiny_model_dir, tmp_path):
+    args = config(tmp_path, steps_per_generation=2, num_iterations=2, max_steps=4)
+    trainer = PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    recorder = Recorder(trainer)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+
+    assert len(recorder.batches) == 4
+    tokenizer = trainer.processing_class
+    for batch in recorder.batches:
+        assert batch["prompt_ids"].size(0) == 4
+        assert_whole_groups(batch["prompt_ids"], 4)
+        # each label is the reward of the very completion in its row (labels travel through the group shuffle)
+        ids = [row[mask.bool()].tolist() for row, mask in zip(batch["completion_ids"], batch["completion_mask"])]
+        texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+        assert batch["pacs_labels"].tolist() == parity_reward(texts)
+    # steps_per_generation=2 x num_iterations=2: one generation serves 4 optimizer steps, so old logps are kept
+    assert all("old_per_token_logps" in b for b in recorder.batches)
+    changed = sum((p.detach() - before[n]).abs().sum().item() for n, p in trainer.model.named_parameters())
+    assert changed > 0
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    for key in PACS_METRICS:
+        assert all(key in entry for entry in logs), key
+    assert logs[0]["pacs/psi_std"] == 0.0  # first step after generation is on-policy: psi == 0
+    assert any(entry["pacs/psi_std"] > 0 for entry in logs[1:])  # later steps are off-policy
+    assert all(0.0 <= entry["pacs/critic_accuracy"] <= 1.0 for entry in logs)
+
+
+def test_groups_whole_with_gradient_accumulation(tiny_model_dir, tmp_path):
+    args = config(tmp_path, gradient_accumulation_steps=2, steps_per_generation=4, max_steps=2)
+    trainer = PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    recorder = Recorder(trainer)
+    trainer.train()
+    assert len(recorder.batches) == 4
+    for batch in recorder.batches:
+        assert_whole_groups(batch["prompt_ids"], 4)
+
+
+def test_labels_outside_unit_interval_are_rejected(tiny_model_dir, tmp_path):
+    def too_big(completions, **kwargs):
+        return [2.0] * len(completions)
+
+    trainer = PACSTrainer(model=tiny_model_dir, reward_funcs=too_big, args=config(tmp_path), train_dataset=prompts())
+    with pytest.raises(ValueError, match=r"needs it in \[0, 1\].*too_big=2"):
+        trainer.train()
+
+
+def test_unscorable_completions_get_no_weight(tiny_model_dir, tmp_path):
+    def half_none(completions, **kwargs):
+        return [None if i % 4 == 0 else float(len(c) % 2) for i, c in enumerate(completions)]
+
+    trainer = PACSTrainer(
+        model=tiny_model_dir, reward_funcs=half_none, args=config(tmp_path, max_steps=1), train_dataset=prompts()
+    )
+    recorder = Recorder(trainer)
+    trainer.train()
+    scorable = recorder.batches[0]["pacs_scorable"]
+    assert scorable.tolist().count(0.0) == 1 and torch.isfinite(torch.tensor(trainer.state.log_history[0]["loss"]))
+
+
+def test_rejects_plain_grpo_config(tiny_model_dir, tmp_path):
+    from trl import GRPOConfig
+
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    with pytest.raises(TypeError, match="needs args=PACSConfig"):
+        PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+
+
+def test_import_check_names_the_fix(monkeypatch):
+    import trl
+
+    from pacs import trainer as trainer_module
+
+    monkeypatch.setattr(trl, "__version__", "0.9.0")
+    with pytest.raises(ImportError, match=r'pip install "trl>=1.15,<2"'):
+        trainer_module._check_trl()
+
+
+def test_lora_changes_only_adapter_weights(tiny_model_dir, tmp_path):
+    from peft import LoraConfig
+
+    trainer = PACSTrainer(
+        model=tiny_model_dir,
+        reward_funcs=parity_reward,
+        args=config(tmp_path, steps_per_generation=2, learning_rate=5e-2),
+        train_dataset=prompts(),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
+    )
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    lora = [n for n in before if "lora_" in n]
+    assert lora, "no LoRA parameters"
+    assert all(torch.equal(before[n], after[n].detach()) for n in before if "lora_" not in n)
+    assert any(not torch.equal(before[n], after[n].detach()) for n in lora)
+
+
+def test_evaluate_logs_pacs_metrics(tiny_model_dir, tmp_path):
+    args = config(tmp_path, per_device_eval_batch_size=4, eval_strategy="no")
+    trainer = PACSTrainer(
+        model=tiny_model_dir,
+        reward_funcs=parity_reward,
+        args=args,
+        train_dataset=prompts(),
+        eval_dataset=prompts(2),
+    )
+    metrics = trainer.evaluate()
+    assert "eval_pacs/loss" in metrics and "eval_pacs/critic_accuracy" in metrics
+
+
+def test_kl_term_with_reference_model(tiny_model_dir, tmp_path):
+    trainer = PACSTrainer(
+        model=tiny_model_dir,
+        reward_funcs=parity_reward,
+        args=config(tmp_path, beta=0.1, max_steps=2, steps_per_generation=2),
+        train_dataset=prompts(),
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert all("kl" in entry for entry in logs)
+    # loss = pacs + beta * kl (kl is 0 at step 1, the policy still equals the reference)
+    assert logs[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert logs[1]["loss"] == pytest.approx(logs[1]["pacs/loss"] + 0.1 * logs[1]["kl"], rel=1e-3, abs=1e-5)
+
+
+def _launch(cmd, tmp_path, timeout=900):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
+
+
+def _accelerate():
+    exe = shutil.which("accelerate")
+    return [exe] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
+
+
+@pytest.mark.distributed
+def test_two_cpu_processes(tiny_model_dir, tmp_path):
+    (tmp_path / "out").mkdir()
+    cmd = [*_accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    cmd += ["--main_process_port", "29517", str(SCRIPT), tiny_model_dir, str(tmp_path / "out")]
+    records = _launch(cmd, tmp_path)
+    assert [r["rank"] for r in records] == [0, 1] and all(r["world_size"] == 2 for r in records)
+    for record in records:
+        assert record["finite_params"]
+        for ids in record["prompt_ids"]:
+            assert_whole_groups(torch.tensor(ids), 4)
+    # the ranks trained on different prompts
+    assert records[0]["prompt_ids"][0] != records[1]["prompt_ids"][0]
+    logs = [e for e in records[0]["log_history"] if "loss" in e]
+    assert len(logs) == 3 and all("pacs/critic_accuracy" in e for e in logs)
+
+
+ZERO3_CPU = """\
+compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  zero_stage: 3
+  zero3_init_flag: true
+  offload_optimizer_device: none
+  offload_param_device: none
+mixed_precision: 'no'
+num_machines: 1
+num_processes: 1
+use_cpu: true
+"""
+
+
+@pytest.mark.distributed
+def test_deepspeed_zero3_on_cpu(tiny_model_dir, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU)
+    cmd = [*_accelerate(), "launch", "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29518"]
+    cmd += [str(SCRIPT), tiny_model_dir, str(tmp_path / "out")]
+    (record,) = _launch(cmd, tmp_path)
+    assert record["zero_stage"] == 3 and record["finite_params"]
+    for ids in record["prompt_ids"]:
+        assert_whole_groups(torch.tensor(ids), 4)
+    logs = [e for e in record["log_history"] if "loss" in e]
+    assert len(logs) == 3 and all("pacs/loss" in e for e in logs)
