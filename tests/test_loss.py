@@ -202,3 +202,12 @@ def test_bad_shapes_raise():
         pacs_loss(logps, old, mask, labels, 3)
     with pytest.raises(ValueError, match="labels must have shape"):
         pacs_loss(logps, old, mask, labels[:4], 4)
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import pacs.loss
+
+    result = doctest.testmod(pacs.loss)
+    assert result.attempted > 0 and result.failed == 0

@@ -271,3 +271,16 @@ def test_deepspeed_zero3_on_cpu(tiny_model_dir, tmp_path):
         assert_whole_groups(torch.tensor(ids), 4)
     logs = [e for e in record["log_history"] if "loss" in e]
     assert len(logs) == 3 and all("pacs/loss" in e for e in logs)
+
+
+def test_docstring_examples_run(tiny_model_dir):
+    import doctest
+
+    import pacs.testing
+    import pacs.trainer
+
+    # (the fixture has already saved a model once, so one-time import banners do not land in the doctest output)
+
+    for module in (pacs.trainer, pacs.testing):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
