@@ -1,0 +1,230 @@
+"""Benchmark and training sets as `datasets.Dataset`s in TRL's conversational format, with the paper's prompt.
+
+Every row has `prompt` (one user turn: the problem followed by the paper's instruction), `solution` (the gold final
+answer, a LaTeX string for `pacs.rewards.math_reward`), `id` and `problem`.
+
+>>> from pacs.data import load_benchmark
+>>> ds = load_benchmark("aime24", limit=2)
+>>> ds.column_names
+['id', 'problem', 'prompt', 'solution']
+>>> ds[0]["prompt"][0]["content"].endswith("put your final answer within \\\\boxed{}.")
+True
+
+The four benchmarks of the paper ship inside the package (`src/pacs/data/`, sources in the README there), so that
+evaluation runs offline. Their hub copies, for reference or for loading with `load_train_dataset(..., split="test")`:
+
+| name | rows | hub alternative |
+| --- | --- | --- |
+| `math500` | 500 | `HuggingFaceH4/MATH-500` (split `test`) |
+| `aime24` | 30 | `HuggingFaceH4/aime_2024` (split `train`) |
+| `aime25` | 30 | `math-ai/aime25` (split `test`) |
+| `amc23` | 40 | `math-ai/amc23` (split `test`, problem column `question`) |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BENCHMARKS",
+    "DATA_DIR",
+    "PROMPT_SUFFIX",
+    "TRAIN_DATASETS",
+    "load_benchmark",
+    "load_train_dataset",
+    "make_prompt",
+]
+
+DATA_DIR = Path(__file__).parent / "data"
+
+PROMPT_SUFFIX = " Please reason step by step, and put your final answer within \\boxed{}."
+"""Appended to every problem: the prompt of the paper (and of DeepScaleR, Qwen2.5-Math)."""
+
+BENCHMARKS: dict[str, dict[str, Any]] = {
+    "math500": {"file": "math500.jsonl", "rows": 500, "hub": "HuggingFaceH4/MATH-500"},
+    "aime24": {"file": "aime24.jsonl", "rows": 30, "hub": "HuggingFaceH4/aime_2024"},
+    "aime25": {"file": "aime25.jsonl", "rows": 30, "hub": "math-ai/aime25"},
+    "amc23": {"file": "amc23.jsonl", "rows": 40, "hub": "math-ai/amc23"},
+}
+"""The paper's evaluation benchmarks: bundled file, row count and a hub alternative."""
+
+TRAIN_DATASETS: dict[str, dict[str, Any]] = {
+    "deepscaler": {"hub": "agentica-org/DeepScaleR-Preview-Dataset"},
+    "math_train": {"file": "math_train.jsonl", "rows": 7474},
+    "aime_1983_2023": {"file": "aime_1983_2023.jsonl", "rows": 975},
+}
+"""Training sets by short name: `deepscaler` (the paper's, from the hub) and bundled ones for offline runs."""
+
+
+def make_prompt(problem: str) -> list[dict[str, str]]:
+    """The paper's prompt for `problem`: one user turn, as a TRL conversational prompt.
+
+    >>> make_prompt("What is 1+1?")
+    [{'role': 'user', 'content': 'What is 1+1? Please reason step by step, and put your final answer within \\\\boxed{}.'}]
+    """
+    return [{"role": "user", "content": f"{problem}{PROMPT_SUFFIX}"}]
+
+
+def _read_json_rows(path: Path) -> list[dict]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        rows = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(
+                    f"{path}, line {lineno}: not valid JSON ({e}); a .jsonl file holds one object a line."
+                ) from e
+        return rows
+    data = json.loads(text)
+    if isinstance(data, dict) and "data" in data and isinstance(data["data"], list):
+        data = data["data"]
+    if isinstance(data, dict):  # column-oriented: {"problem": [...], "answer": [...]}
+        columns = list(data)
+        if not all(isinstance(v, list) for v in data.values()):
+            raise ValueError(f"{path}: expected a list of rows or a mapping of columns to lists.")
+        return [dict(zip(columns, values)) for values in zip(*data.values())]
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a list of rows (objects), got {type(data).__name__}.")
+    return data
+
+
+def _to_pacs_format(
+    dataset: Dataset, source: str, problem_column: str, answer_column: str, id_column: str, limit: int | None
+) -> Dataset:
+    """Select the first `limit` rows and map them to `id`, `problem`, `prompt`, `solution`."""
+    for column, flag in ((problem_column, "problem_column"), (answer_column, "answer_column")):
+        if column not in dataset.column_names:
+            raise ValueError(
+                f"{source} has no column {column!r} (its columns are {dataset.column_names}); "
+                f"pass {flag}=... (--{flag.replace('_', '-')} on the command line) to name the right one."
+            )
+    if limit is not None:
+        dataset = dataset.select(range(min(limit, len(dataset))))
+    has_id = id_column in dataset.column_names
+    stem = Path(str(source)).stem if os.path.exists(str(source)) else str(source).split("/")[-1]
+
+    def convert(row, idx):
+        problem = str(row[problem_column])
+        answer = row[answer_column]
+        return {
+            "id": str(row[id_column]) if has_id else f"{stem}-{idx}",
+            "problem": problem,
+            "prompt": make_prompt(problem),
+            "solution": "" if answer is None else str(answer),
+        }
+
+    from datasets import Dataset as _Dataset
+
+    rows = [convert(row, i) for i, row in enumerate(dataset)]
+    return (
+        _Dataset.from_list(rows)
+        if rows
+        else _Dataset.from_dict({k: [] for k in ("id", "problem", "prompt", "solution")})
+    )
+
+
+def _load_bundled(file: str) -> Dataset:
+    from datasets import Dataset
+
+    return Dataset.from_list(_read_json_rows(DATA_DIR / file))
+
+
+def load_benchmark(name: str, limit: int | None = None) -> Dataset:
+    """Load one of the paper's benchmarks from the data bundled with `pacs` (no network needed).
+
+    Args:
+        name (`str`):
+            One of `"math500"`, `"aime24"`, `"aime25"`, `"amc23"` (case and `-`/`_` are ignored: `"MATH-500"` works).
+        limit (`int` or `None`, *optional*, defaults to `None`):
+            Keep only the first `limit` problems.
+
+    Returns:
+        `datasets.Dataset` with columns `id`, `problem`, `prompt`, `solution`.
+    """
+    key = str(name).lower().replace("-", "").replace("_", "")
+    if key not in BENCHMARKS:
+        raise ValueError(
+            f"Unknown benchmark {name!r}; valid names are {sorted(BENCHMARKS)}. For another test set, load it with "
+            "`load_train_dataset(path_or_hub_id, split=...)` and pass it to `pacs.eval.evaluate(datasets={...})`."
+        )
+    info = BENCHMARKS[key]
+    return _to_pacs_format(_load_bundled(info["file"]), key, "problem", "answer", "id", limit)
+
+
+def load_train_dataset(
+    name_or_path: str,
+    problem_column: str = "problem",
+    answer_column: str = "answer",
+    limit: int | None = None,
+    split: str = "train",
+    id_column: str = "id",
+) -> Dataset:
+    """Load a training set: a short name, a local file, or a hub dataset id.
+
+    Args:
+        name_or_path (`str`):
+            `"deepscaler"` (hub: `agentica-org/DeepScaleR-Preview-Dataset`, the paper's training set), a bundled set
+            for offline runs (`"math_train"`: MATH train, 7,474 problems; `"aime_1983_2023"`; or a benchmark name), a
+            local `.jsonl`, `.json` or `.parquet` file, or any hub dataset id.
+        problem_column (`str`, *optional*, defaults to `"problem"`):
+            Column holding the problem statement.
+        answer_column (`str`, *optional*, defaults to `"answer"`):
+            Column holding the gold final answer (not a worked solution).
+        limit (`int` or `None`, *optional*, defaults to `None`):
+            Keep only the first `limit` rows.
+        split (`str`, *optional*, defaults to `"train"`):
+            Split to load from a hub dataset.
+        id_column (`str`, *optional*, defaults to `"id"`):
+            Column holding a row id; rows are numbered when it is missing.
+
+    Returns:
+        `datasets.Dataset` with columns `id`, `problem`, `prompt`, `solution`.
+    """
+    from datasets import Dataset
+
+    name = str(name_or_path)
+    key = name.lower().replace("-", "_")
+    if key in TRAIN_DATASETS and "file" in TRAIN_DATASETS[key]:
+        dataset, source = _load_bundled(TRAIN_DATASETS[key]["file"]), key
+    elif key.replace("_", "") in BENCHMARKS:
+        dataset, source = _load_bundled(BENCHMARKS[key.replace("_", "")]["file"]), key.replace("_", "")
+    elif os.path.exists(name):
+        path = Path(name)
+        if path.is_dir() or path.suffix not in (".jsonl", ".json", ".parquet"):
+            raise ValueError(f"{name}: expected a .jsonl, .json or .parquet file with problem and answer columns.")
+        dataset = (
+            Dataset.from_parquet(str(path)) if path.suffix == ".parquet" else Dataset.from_list(_read_json_rows(path))
+        )
+        source = name
+    else:
+        hub_id = TRAIN_DATASETS.get(key, {}).get("hub", name)
+        if "/" not in hub_id:
+            raise ValueError(
+                f"{name!r} is neither a known dataset ({sorted(TRAIN_DATASETS)} or a benchmark {sorted(BENCHMARKS)}), "
+                "nor an existing file, nor a hub id of the form 'owner/name'."
+            )
+        from datasets import load_dataset
+
+        try:
+            dataset = load_dataset(hub_id, split=split)
+        except Exception as e:
+            raise RuntimeError(
+                f"Could not load {hub_id!r} (split {split!r}) from the Hugging Face Hub: {e}. Offline, use the bundled "
+                "'math_train' set or a local .jsonl/.json/.parquet file instead."
+            ) from e
+        source = hub_id
+    return _to_pacs_format(dataset, source, problem_column, answer_column, id_column, limit)

@@ -1,0 +1,426 @@
+"""Sample `n` completions per problem, score them with `math_reward`'s verifier, and report pass@k.
+
+The evaluation of the paper: temperature 0.6, top-p 0.95, up to 4,096 new tokens, the chat template applied to the
+paper's prompt, pass@k for k = 1, 2, 4, ... up to n. Generation uses vLLM when it is installed and a GPU is present,
+and batched `transformers` generation otherwise.
+
+>>> from pacs.eval import evaluate
+>>> metrics = evaluate("path/or/hub-id", ["aime24"], n=4, output_dir="eval-out", limit=2)  # doctest: +SKIP
+>>> metrics["aime24"]["pass@1"]  # doctest: +SKIP
+
+Output directory:
+
+- `eval_rollouts.jsonl`: one line per sample, `{"benchmark", "problem_id", "sample_index", "completion",
+  "extracted_answer", "correct", "solution"}`, appended batch by batch (an interrupted run can be resumed).
+- `eval_metrics.json`: `{benchmark: {"num_problems": int, "n": int, "pass@1": float, ..., "pass@<n>": float}}`, in %.
+- `eval_passk.png`: pass@k curves; `eval_config.json`: the settings of the run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .passk import default_ks, pass_at_k
+
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_BENCHMARKS", "OUTPUT_FILES", "compute_metrics", "evaluate"]
+
+DEFAULT_BENCHMARKS = ("math500", "aime24", "aime25", "amc23")
+ROLLOUTS_FILE = "eval_rollouts.jsonl"
+METRICS_FILE = "eval_metrics.json"
+PLOT_FILE = "eval_passk.png"
+CONFIG_FILE = "eval_config.json"
+OUTPUT_FILES = (ROLLOUTS_FILE, METRICS_FILE, PLOT_FILE, CONFIG_FILE)
+_SAMPLING_KEYS = ("model", "max_new_tokens", "temperature", "top_p", "chat_template")
+
+
+def compute_metrics(
+    rollouts: Iterable[Mapping[str, Any]], problems: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, dict[str, float | int]]:
+    """pass@k per benchmark from rollout records (`benchmark`, `problem_id`, `correct`).
+
+    Problems may have different sample counts (a resumed run, a larger `n` than before): each problem's pass@k uses
+    its own `n_i`, and the reported k go up to `n = min_i n_i`, so that every problem counts for every k.
+
+    Args:
+        rollouts (`Iterable[Mapping]`):
+            Records as written to `eval_rollouts.jsonl`.
+        problems (`Mapping[str, Sequence[str]]` or `None`, *optional*, defaults to `None`):
+            The problem ids to report per benchmark; other records are ignored. A listed problem without samples is
+            an error. `None` reports every problem found.
+
+    Returns:
+        `dict`: `{benchmark: {"num_problems", "n", "pass@1", ..., "pass@<n>"}}`, pass@k in percent.
+    """
+    counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))  # [n_i, c_i]
+    for r in rollouts:
+        entry = counts[r["benchmark"]][str(r["problem_id"])]
+        entry[0] += 1
+        entry[1] += int(bool(r["correct"]))
+    metrics: dict[str, dict[str, float | int]] = {}
+    for benchmark in problems if problems is not None else counts:
+        per_problem = counts.get(benchmark, {})
+        ids = [str(i) for i in problems[benchmark]] if problems is not None else list(per_problem)
+        missing = [i for i in ids if i not in per_problem]
+        if missing:
+            raise ValueError(
+                f"{benchmark}: no samples for problems {missing[:5]} (and {max(0, len(missing) - 5)} more)."
+            )
+        if not ids:
+            continue
+        nc = [per_problem[i] for i in ids]
+        n = min(n_i for n_i, _ in nc)
+        result: dict[str, float | int] = {"num_problems": len(ids), "n": n}
+        for k in default_ks(n):
+            result[f"pass@{k}"] = 100.0 * sum(pass_at_k(n_i, c_i, k) for n_i, c_i in nc) / len(nc)
+        metrics[benchmark] = result
+    return metrics
+
+
+def _prepare_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> list[dict]:
+    """Refuse to clobber a previous evaluation; return the rollouts to keep when resuming."""
+    existing = [f for f in OUTPUT_FILES if (output_dir / f).exists()]
+    if existing and not (overwrite or resume):
+        raise FileExistsError(
+            f"{output_dir} already holds an evaluation ({', '.join(existing)}). Pass --overwrite (overwrite=True) to "
+            "replace it, --resume (resume=True) to add only the missing samples, or choose another --output-dir."
+        )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if overwrite:
+        for f in existing:
+            (output_dir / f).unlink()
+        return []
+    path = output_dir / ROLLOUTS_FILE
+    if not path.exists():
+        return []
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+            record["benchmark"], record["problem_id"], record["correct"]  # noqa: B018 -- the keys we rely on
+            kept.append(record)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            dropped += 1
+    if dropped:  # typically the last line of a run that was killed mid-write
+        logger.warning("Dropped %d unreadable line(s) of %s", dropped, path)
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
+        os.replace(tmp, path)
+    logger.info("Resuming: %d samples already in %s", len(kept), path)
+    return kept
+
+
+def _load_datasets(benchmarks: Sequence[str] | str | None, datasets: Mapping[str, Any] | None, limit: int | None):
+    from ..data import BENCHMARKS, load_benchmark, load_train_dataset
+
+    if datasets is not None:
+        out = {}
+        for name, ds in datasets.items():
+            missing = [c for c in ("prompt", "solution") if c not in ds.column_names]
+            if missing:
+                raise ValueError(
+                    f"Dataset {name!r} lacks column(s) {missing}; build it with `pacs.data.load_train_dataset` or "
+                    "give it a conversational `prompt` and a gold-answer `solution` column."
+                )
+            out[name] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
+        return out
+    if isinstance(benchmarks, str):
+        benchmarks = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    out = {}
+    for name in benchmarks or DEFAULT_BENCHMARKS:
+        key = name.lower().replace("-", "").replace("_", "")
+        if key in BENCHMARKS:
+            out[key] = load_benchmark(key, limit=limit)
+        elif os.path.exists(name):  # a local .jsonl/.json/.parquet with problem/answer columns
+            out[Path(name).stem] = load_train_dataset(name, limit=limit)
+        else:
+            load_benchmark(name)  # raises the error listing the valid names
+    return out
+
+
+def _problem_ids(ds) -> list[str]:
+    ids = [str(i) for i in ds["id"]] if "id" in ds.column_names else [str(i) for i in range(len(ds))]
+    if len(set(ids)) != len(ids):  # duplicated ids would merge problems: number them instead
+        ids = [str(i) for i in range(len(ds))]
+    return ids
+
+
+def _resolve_backend(backend: str, model: Any) -> str:
+    if backend not in ("auto", "vllm", "transformers"):
+        raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}.")
+    if backend != "auto":
+        return backend
+    if not isinstance(model, (str, os.PathLike)) or importlib.util.find_spec("vllm") is None:
+        return "transformers"
+    import torch
+
+    return "vllm" if torch.cuda.is_available() else "transformers"
+
+
+def _render_prompt(tokenizer, prompt: Any, chat_template: bool) -> str:
+    if isinstance(prompt, str):
+        messages = [{"role": "user", "content": prompt}]
+    else:
+        messages = list(prompt)
+    if not chat_template:
+        return "\n\n".join(m["content"] for m in messages)
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(
+            "The tokenizer has no chat template; evaluate with chat_template=False (--no-chat-template) to feed the "
+            "plain prompt, or use a tokenizer that defines one."
+        )
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _generate_transformers(model, tokenizer, requests, settings, batch_size, on_batch, progress):
+    """Batched sampling with `model.generate`; `requests` are (key, prompt text) pairs, one per sample."""
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM
+
+    if isinstance(model, (str, os.PathLike)):
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = "auto" if device == "cuda" else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(device)
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"  # generation continues at the right edge
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    eos = model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        eos_ids.add(tokenizer.eos_token_id)
+    was_training = model.training
+    model.eval()
+    greedy = settings["temperature"] <= 0
+    sampling = {} if greedy else {"temperature": settings["temperature"], "top_p": settings["top_p"], "top_k": 0}
+    torch.manual_seed(settings["seed"])
+    bar = tqdm(total=len(requests), desc="generating", unit="sample", disable=not progress)
+    try:
+        for start in range(0, len(requests), batch_size):
+            chunk = requests[start : start + batch_size]
+            enc = tokenizer([text for _, text in chunk], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = enc.to(model.device)
+            with torch.no_grad():
+                out = model.generate(
+                    **enc,
+                    do_sample=not greedy,
+                    max_new_tokens=settings["max_new_tokens"],
+                    eos_token_id=sorted(eos_ids) or None,
+                    pad_token_id=tokenizer.pad_token_id,
+                    repetition_penalty=1.0,
+                    **sampling,
+                )  # (B, prompt_len + new_tokens)
+            texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+            on_batch([key for key, _ in chunk], texts)
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+        model.train(was_training)
+        tokenizer.padding_side = padding_side
+
+
+def _generate_vllm(model, requests, settings, on_batch, vllm_kwargs):
+    """One vLLM call for all samples (it batches and shows its own progress bar)."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=os.fspath(model), seed=settings["seed"], **(vllm_kwargs or {}))
+    params = SamplingParams(
+        n=1,
+        temperature=settings["temperature"],
+        top_p=settings["top_p"] if settings["temperature"] > 0 else 1.0,
+        max_tokens=settings["max_new_tokens"],
+    )
+    outputs = llm.generate([text for _, text in requests], params, use_tqdm=True)
+    on_batch([key for key, _ in requests], [o.outputs[0].text for o in outputs])
+
+
+def evaluate(
+    model: Any,
+    benchmarks: Sequence[str] | str | None = DEFAULT_BENCHMARKS,
+    n: int = 32,
+    output_dir: str | os.PathLike = "pacs-eval",
+    limit: int | None = None,
+    max_new_tokens: int = 4096,
+    temperature: float = 0.6,
+    top_p: float = 0.95,
+    seed: int = 0,
+    batch_size: int = 64,
+    overwrite: bool = False,
+    resume: bool = False,
+    datasets: Mapping[str, Any] | None = None,
+    tokenizer: Any = None,
+    backend: str = "auto",
+    chat_template: bool = True,
+    reward_timeout: float = 3.0,
+    progress: bool = True,
+    plot: bool = True,
+    vllm_kwargs: dict | None = None,
+) -> dict[str, dict[str, float | int]]:
+    """Sample `n` completions per problem, verify them and write rollouts, pass@k metrics and a plot to `output_dir`.
+
+    Args:
+        model (`str`, `os.PathLike` or `transformers.PreTrainedModel`):
+            A local path or hub id (loaded here), or a model already in memory (then pass `tokenizer`; always uses
+            `transformers` generation).
+        benchmarks (`Sequence[str]` or `str`, *optional*, defaults to `("math500", "aime24", "aime25", "amc23")`):
+            Bundled benchmark names (a comma-separated string works), or paths to .jsonl/.json/.parquet files with
+            `problem` and `answer` columns. Ignored when `datasets` is given.
+        n (`int`, *optional*, defaults to `32`):
+            Samples per problem.
+        output_dir (`str` or `os.PathLike`, *optional*, defaults to `"pacs-eval"`):
+            Where the files go. An earlier evaluation there is an error unless `overwrite` or `resume`.
+        limit (`int` or `None`, *optional*, defaults to `None`):
+            Evaluate only the first `limit` problems of each benchmark.
+        max_new_tokens (`int`, *optional*, defaults to `4096`):
+            Generation length limit.
+        temperature (`float`, *optional*, defaults to `0.6`):
+            Sampling temperature; `0` means greedy decoding.
+        top_p (`float`, *optional*, defaults to `0.95`):
+            Nucleus sampling threshold (top-k and repetition penalty are off, as in vLLM's defaults).
+        seed (`int`, *optional*, defaults to `0`):
+            Random seed for sampling.
+        batch_size (`int`, *optional*, defaults to `64`):
+            Sequences per `generate` call with `transformers` (vLLM schedules its own batches).
+        overwrite (`bool`, *optional*, defaults to `False`):
+            Delete an earlier evaluation in `output_dir` first.
+        resume (`bool`, *optional*, defaults to `False`):
+            Keep the samples already in `output_dir/eval_rollouts.jsonl` and generate only what each problem lacks
+            to reach `n`. Problems may end with different counts; pass@k uses each problem's own count.
+        datasets (`Mapping[str, datasets.Dataset]` or `None`, *optional*, defaults to `None`):
+            Custom sets to evaluate instead of `benchmarks`, `{name: Dataset}` with `prompt` (conversational or a
+            string), `solution` and optionally `id` columns, e.g. from `pacs.data.load_train_dataset`.
+        tokenizer (`str` or `transformers.PreTrainedTokenizerBase`, *optional*, defaults to `None`):
+            Tokenizer, when it is not stored with `model`.
+        backend (`str`, *optional*, defaults to `"auto"`):
+            `"vllm"`, `"transformers"`, or `"auto"`: vLLM when it is installed and a GPU is present.
+        chat_template (`bool`, *optional*, defaults to `True`):
+            Render prompts with the tokenizer's chat template (as in the paper); `False` feeds the plain text.
+        reward_timeout (`float`, *optional*, defaults to `3.0`):
+            Seconds one answer verification may take before it counts as wrong.
+        progress (`bool`, *optional*, defaults to `True`):
+            Show a progress bar.
+        plot (`bool`, *optional*, defaults to `True`):
+            Write `eval_passk.png`.
+        vllm_kwargs (`dict` or `None`, *optional*, defaults to `None`):
+            Extra arguments for `vllm.LLM`, e.g. `{"tensor_parallel_size": 2, "max_model_len": 8192}`.
+
+    Returns:
+        `dict`: the content of `eval_metrics.json`, `{benchmark: {"num_problems", "n", "pass@1", ..., "pass@<n>"}}`.
+    """
+    from ..rewards import score_completions
+
+    if n < 1:
+        raise ValueError(f"n must be at least 1 (samples per problem), got {n}.")
+    if overwrite and resume:
+        raise ValueError("Pass either overwrite or resume, not both.")
+    output_dir = Path(output_dir)
+    sets = _load_datasets(benchmarks, datasets, limit)
+    if not sets:
+        raise ValueError("Nothing to evaluate: no benchmarks or datasets given.")
+    settings = {
+        "model": os.fspath(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__,
+        "benchmarks": list(sets),
+        "n": n,
+        "limit": limit,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "seed": seed,
+        "chat_template": chat_template,
+    }
+    previous = _prepare_output_dir(output_dir, overwrite, resume)
+    config_path = output_dir / CONFIG_FILE
+    if resume and config_path.exists():
+        old = json.loads(config_path.read_text())
+        changed = {k: (old.get(k), settings[k]) for k in _SAMPLING_KEYS if old.get(k) != settings[k]}
+        if changed:
+            logger.warning("Resuming with different settings than the earlier run (old, new): %s", changed)
+    config_path.write_text(json.dumps(settings, indent=2) + "\n")
+
+    # 1. which samples are missing
+    have: dict[tuple[str, str], int] = defaultdict(int)
+    for r in previous:
+        have[(r["benchmark"], str(r["problem_id"]))] += 1
+    problems = {name: _problem_ids(ds) for name, ds in sets.items()}
+    golds: dict[tuple[str, str], str] = {}
+    todo_keys: list[tuple[str, str, int]] = []  # (benchmark, problem_id, sample_index)
+    prompts: dict[tuple[str, str], Any] = {}
+    for name, ds in sets.items():
+        for pid, row in zip(problems[name], ds):
+            golds[(name, pid)] = str(row["solution"])
+            prompts[(name, pid)] = row["prompt"]
+            todo_keys += [(name, pid, i) for i in range(have[(name, pid)], n)]
+    total = sum(len(v) for v in problems.values())
+    logger.info(
+        "Evaluating %s on %s: %d problems, %d samples to generate",
+        settings["model"],
+        list(sets),
+        total,
+        len(todo_keys),
+    )
+
+    # 2. generate, score and append, batch by batch
+    rollouts_path = output_dir / ROLLOUTS_FILE
+    new_records: list[dict] = []
+
+    def on_batch(keys: list[tuple[str, str, int]], texts: list[str]) -> None:
+        scored = score_completions(texts, [golds[(b, p)] for b, p, _ in keys], timeout=reward_timeout)
+        records = [
+            {
+                "benchmark": b,
+                "problem_id": p,
+                "sample_index": i,
+                "completion": text,
+                "extracted_answer": answer,
+                "correct": reward == 1.0,
+                "solution": golds[(b, p)],
+            }
+            for (b, p, i), text, (reward, answer) in zip(keys, texts, scored)
+        ]
+        with open(rollouts_path, "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        new_records.extend(records)
+
+    if todo_keys:
+        resolved = _resolve_backend(backend, model)
+        from transformers import AutoTokenizer
+
+        tok = tokenizer
+        if tok is None:
+            if not isinstance(model, (str, os.PathLike)):
+                raise ValueError("evaluate() got a model object without its tokenizer; pass tokenizer=... as well.")
+            tok = AutoTokenizer.from_pretrained(model)
+        elif isinstance(tok, (str, os.PathLike)):
+            tok = AutoTokenizer.from_pretrained(tok)
+        rendered = {key: _render_prompt(tok, p, chat_template) for key, p in prompts.items()}
+        requests = [(key, rendered[key[:2]]) for key in todo_keys]
+        if resolved == "vllm":
+            _generate_vllm(model, requests, settings, on_batch, vllm_kwargs)
+        else:
+            _generate_transformers(model, tok, requests, settings, batch_size, on_batch, progress)
+
+    # 3. metrics over everything we have for the requested problems
+    metrics = compute_metrics(previous + new_records, problems)
+    (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+    if plot:
+        from .plot import plot_pass_at_k
+
+        plot_pass_at_k(metrics, output_dir / PLOT_FILE, title=f"pass@k: {settings['model']}")
+    for name, m in metrics.items():
+        logger.info(
+            "%s: %d problems, n=%d, %s",
+            name,
+            m["num_problems"],
+            m["n"],
+            ", ".join(f"{k}={v:.1f}" for k, v in m.items() if k.startswith("pass@")),
+        )
+    return metrics

@@ -1,0 +1,86 @@
+"""Tests for `pacs.data`: the bundled benchmarks, the paper's prompt, and loading training sets from files."""
+
+import json
+
+import pytest
+
+from pacs.data import BENCHMARKS, PROMPT_SUFFIX, load_benchmark, load_train_dataset, make_prompt
+from pacs.rewards import score_completions
+
+
+@pytest.mark.parametrize("name, rows", [("math500", 500), ("aime24", 30), ("aime25", 30), ("amc23", 40)])
+def test_bundled_benchmark_loads_and_every_gold_parses(name, rows):
+    ds = load_benchmark(name)
+    assert len(ds) == rows == BENCHMARKS[name]["rows"]
+    assert ds.column_names == ["id", "problem", "prompt", "solution"]
+    assert len(set(ds["id"])) == rows
+    row = ds[0]
+    assert row["prompt"] == [{"role": "user", "content": row["problem"] + PROMPT_SUFFIX}]
+    # a gold answer that does not parse would score None for every completion
+    boxed = ["\\boxed{" + s + "}" for s in ds["solution"]]
+    scored = score_completions(boxed, ds["solution"])
+    assert [r for r, _ in scored] == [1.0] * rows
+
+
+def test_paper_prompt():
+    assert make_prompt("What is $1+1$?") == [
+        {
+            "role": "user",
+            "content": "What is $1+1$? Please reason step by step, and put your final answer within \\boxed{}.",
+        }
+    ]
+
+
+def test_limit_and_name_normalisation():
+    assert len(load_benchmark("MATH-500", limit=3)) == 3
+    with pytest.raises(ValueError, match=r"valid names are \['aime24', 'aime25', 'amc23', 'math500'\]"):
+        load_benchmark("gsm8k")
+
+
+def test_bundled_train_set():
+    ds = load_train_dataset("math_train", limit=5)
+    assert len(ds) == 5 and ds.column_names == ["id", "problem", "prompt", "solution"]
+    assert ds[0]["prompt"][0]["content"].endswith(PROMPT_SUFFIX)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
+def test_local_files_with_custom_columns(tmp_path, suffix):
+    rows = [{"question": f"What is {i} + {i}?", "final": str(2 * i)} for i in range(4)]
+    path = tmp_path / f"train{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif suffix == ".json":
+        path.write_text(json.dumps(rows))
+    else:
+        from datasets import Dataset
+
+        Dataset.from_list(rows).to_parquet(str(path))
+    ds = load_train_dataset(str(path), problem_column="question", answer_column="final", limit=3)
+    assert len(ds) == 3
+    assert ds["solution"] == ["0", "2", "4"]
+    assert ds["id"] == ["train-0", "train-1", "train-2"]
+    assert ds[1]["prompt"][0]["content"] == "What is 1 + 1?" + PROMPT_SUFFIX
+
+
+def test_missing_column_is_named(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"problem": "1+1", "solution": "2"}) + "\n")
+    with pytest.raises(ValueError, match=r"no column 'answer'.*answer_column="):
+        load_train_dataset(str(path))
+
+
+def test_bad_inputs(tmp_path):
+    (tmp_path / "x.csv").write_text("problem,answer\n")
+    with pytest.raises(ValueError, match=r"\.jsonl, \.json or \.parquet"):
+        load_train_dataset(str(tmp_path / "x.csv"))
+    (tmp_path / "broken.jsonl").write_text('{"problem": "1"}\n{oops\n')
+    with pytest.raises(ValueError, match="line 2"):
+        load_train_dataset(str(tmp_path / "broken.jsonl"))
+    with pytest.raises(ValueError, match="neither a known dataset"):
+        load_train_dataset("not_a_dataset")
+
+
+def test_hub_dataset_offline_error_points_to_bundled_set():
+    # conftest sets HF_HUB_OFFLINE / HF_DATASETS_OFFLINE: the hub is unreachable, the error says what to do instead
+    with pytest.raises(RuntimeError, match="DeepScaleR-Preview-Dataset.*'math_train'"):
+        load_train_dataset("deepscaler")
