@@ -1,0 +1,269 @@
+"""Train a Qwen model with PACS (arXiv:2509.02522), or the GRPO baseline, on TRL: one script, YAML recipes.
+
+Every run is `--config <recipe.yaml>` plus command-line overrides (`--learning_rate 2e-6`, `--max_steps 10`, ...);
+the arguments are this script's `ScriptArguments`, `pacs.PACSConfig` (TRL's `GRPOConfig` for the GRPO baseline) and
+TRL's `ModelConfig`.
+
+CPU smoke run, offline, in seconds, against a local model directory (the tiny model the tests build):
+
+    python -c "from pacs.testing import build_tiny_model; build_tiny_model('/tmp/tiny-qwen3')"
+    HF_HUB_OFFLINE=1 python examples/train_qwen.py --config examples/recipes/tiny_cpu.yaml \
+        --model_name_or_path /tmp/tiny-qwen3
+
+One node, 8 GPUs, DeepSpeed ZeRO-3, vLLM colocated (the paper's setting; see the recipe for the batch arithmetic):
+
+    accelerate launch --config_file examples/accelerate_configs/zero3.yaml \
+        examples/train_qwen.py --config examples/recipes/qwen3_4b_pacs.yaml
+
+The GRPO baseline on the same data and batch arithmetic:
+
+    accelerate launch --config_file examples/accelerate_configs/zero3.yaml \
+        examples/train_qwen.py --config examples/recipes/qwen3_4b_grpo.yaml
+
+Two nodes x 8 GPUs (run the same command on every node, with that node's rank; the 8B recipe assumes 16 processes):
+
+    accelerate launch --config_file examples/accelerate_configs/zero3.yaml \
+        --num_machines 2 --num_processes 16 --machine_rank $NODE_RANK \
+        --main_process_ip $MASTER_ADDR --main_process_port 29500 \
+        examples/train_qwen.py --config examples/recipes/qwen3_8b_pacs.yaml
+
+LoRA (the base model stays frozen in bf16, so ZeRO-2 is enough):
+
+    accelerate launch --config_file examples/accelerate_configs/zero2.yaml \
+        examples/train_qwen.py --config examples/recipes/qwen3_8b_pacs_lora.yaml
+
+vLLM in server mode on its own GPUs (here GPUs 4-7 generate, GPUs 0-3 train; rescale the batch as the recipe says):
+
+    CUDA_VISIBLE_DEVICES=4,5,6,7 trl vllm-serve --model Qwen/Qwen3-4B-Base --data_parallel_size 4 --max_model_len 5120 &
+    CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch --config_file examples/accelerate_configs/zero3.yaml \
+        --num_processes 4 examples/train_qwen.py --config examples/recipes/qwen3_4b_pacs.yaml \
+        --vllm_mode server --gradient_accumulation_steps 64 --steps_per_generation 256 --expected_world_size 4
+
+Resume from the last checkpoint in `output_dir` with `--resume_from_checkpoint true` (or give a checkpoint folder).
+Models load by hub id or local path, without running code from the hub unless `--trust_remote_code true`.
+"""
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
+
+from pacs import PACSConfig, PACSTrainer
+from pacs.data import load_benchmark, load_train_dataset
+from pacs.rewards import get_reward_funcs
+
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ScriptArguments:
+    """
+    Arguments of this script that are neither training arguments ([`pacs.PACSConfig`]) nor model arguments
+    ([`trl.ModelConfig`]).
+
+    Args:
+        algorithm (`str`, *optional*, defaults to `"pacs"`):
+            `"pacs"` trains with [`pacs.PACSTrainer`] and parses the training arguments as [`pacs.PACSConfig`];
+            `"grpo"` trains with TRL's `GRPOTrainer` and parses them as TRL's `GRPOConfig` (no `pacs_*` fields),
+            for side-by-side baselines.
+        dataset_name (`str`, *optional*, defaults to `"math_train"`):
+            Training set: `"math_train"` (bundled, offline), `"deepscaler"` (hub), or a local `.jsonl`, `.json` or
+            `.parquet` file. Loaded with `pacs.data.load_train_dataset`.
+        dataset_limit (`int`, *optional*):
+            Keep only the first `dataset_limit` problems of the training set.
+        problem_column (`str`, *optional*, defaults to `"problem"`):
+            Column holding the problem statement, for local files.
+        answer_column (`str`, *optional*, defaults to `"answer"`):
+            Column holding the gold final answer, for local files.
+        reward_funcs (`list[str]`, *optional*, defaults to `["math"]`):
+            Reward functions, by name (`"math"`, `"format"`) or dotted import path. Loaded with
+            `pacs.rewards.get_reward_funcs`.
+        eval_benchmark (`str`, *optional*):
+            Bundled benchmark (`"math500"`, `"aime24"`, `"aime25"`, `"amc23"`) evaluated every `eval_steps` when
+            `eval_strategy` is `"steps"`. TRL then logs the mean reward over `num_generations_eval` samples per
+            problem (`eval_reward`), i.e. a pass@1 estimate at the training temperature.
+        eval_limit (`int`, *optional*):
+            Keep only the first `eval_limit` problems of the benchmark.
+        expected_world_size (`int`, *optional*):
+            Number of processes the recipe's batch arithmetic assumes. When the run has a different number, the script
+            warns and says how to rescale `gradient_accumulation_steps` and `steps_per_generation`.
+    """
+
+    algorithm: str = field(
+        default="pacs",
+        metadata={
+            "help": "`pacs` (PACSTrainer) or `grpo` (TRL's GRPOTrainer, for baselines).",
+            "choices": ["pacs", "grpo"],
+        },
+    )
+    dataset_name: str = field(
+        default="math_train",
+        metadata={
+            "help": "Training set: `math_train` (bundled), `deepscaler` (hub), or a local .jsonl/.json/.parquet."
+        },
+    )
+    dataset_limit: int | None = field(
+        default=None, metadata={"help": "Keep only the first `dataset_limit` problems of the training set."}
+    )
+    problem_column: str = field(
+        default="problem", metadata={"help": "Column holding the problem statement, for local files."}
+    )
+    answer_column: str = field(
+        default="answer", metadata={"help": "Column holding the gold final answer, for local files."}
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["math"],
+        metadata={"help": "Reward functions, by name (`math`, `format`) or dotted import path."},
+    )
+    eval_benchmark: str | None = field(
+        default=None,
+        metadata={"help": "Bundled benchmark (`math500`, `aime24`, `aime25`, `amc23`) evaluated every `eval_steps`."},
+    )
+    eval_limit: int | None = field(
+        default=None, metadata={"help": "Keep only the first `eval_limit` problems of the benchmark."}
+    )
+    expected_world_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Number of processes the recipe's batch arithmetic assumes; the script warns on a mismatch."
+        },
+    )
+
+
+def batch_arithmetic(args: GRPOConfig, world_size: int | None = None) -> dict[str, float]:
+    """TRL's batch arithmetic for `world_size` processes (defaults to the current run's).
+
+    A generation holds `per_device_train_batch_size * world_size * steps_per_generation` completions; an optimizer
+    step consumes `per_device_train_batch_size * world_size * gradient_accumulation_steps` of them; so each generation
+    feeds `steps_per_generation / gradient_accumulation_steps * num_iterations` optimizer steps.
+    """
+    world_size = world_size or args.world_size
+    completions_per_micro_step = args.per_device_train_batch_size * world_size
+    completions_per_generation = completions_per_micro_step * args.steps_per_generation
+    optimizer_steps_per_generation = args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
+    return {
+        "world_size": world_size,
+        "completions_per_generation": completions_per_generation,
+        "prompts_per_generation": completions_per_generation // args.num_generations,
+        "completions_per_optimizer_step": completions_per_micro_step * args.gradient_accumulation_steps,
+        "optimizer_steps_per_generation": optimizer_steps_per_generation,
+    }
+
+
+def check_world_size(script_args: ScriptArguments, training_args: GRPOConfig) -> None:
+    """Warn when the run's world size differs from the one the recipe was written for, and say how to rescale."""
+    expected, actual = script_args.expected_world_size, training_args.world_size
+    if expected is None or expected == actual or training_args.process_index != 0:
+        return
+    intended = batch_arithmetic(training_args, expected)
+    # keep the completions per optimizer step and per generation: both scale as 1 / world_size
+    ga = intended["completions_per_optimizer_step"] / (training_args.per_device_train_batch_size * actual)
+    spg = intended["completions_per_generation"] / (training_args.per_device_train_batch_size * actual)
+    logger.warning(
+        "The recipe assumes %d processes but this run has %d, so a generation holds %d completions instead of %d. "
+        "To keep the recipe's batch, pass --gradient_accumulation_steps %s --steps_per_generation %s "
+        "--expected_world_size %d.",
+        expected,
+        actual,
+        training_args.generation_batch_size,
+        intended["completions_per_generation"],
+        int(ga) if ga.is_integer() else f"{ga:.2f} (not an integer: change per_device_train_batch_size too)",
+        int(spg) if spg.is_integer() else f"{spg:.2f} (not an integer: change per_device_train_batch_size too)",
+        actual,
+    )
+
+
+def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
+    if model_args.model_name_or_path is None:
+        raise ValueError("No model given: pass --model_name_or_path <hub id or local directory>.")
+
+    # 1. The model is loaded by the trainer from its id or path, so that ZeRO-3 can shard it while it loads.
+    model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+    }
+    model_init_kwargs.update(training_args.model_init_kwargs or {})
+    training_args.model_init_kwargs = model_init_kwargs
+
+    # 2. Data and rewards: the prompts are conversational and the gold answers sit in the `solution` column,
+    # which TRL hands to every reward function as a keyword argument.
+    train_dataset = load_train_dataset(
+        script_args.dataset_name,
+        problem_column=script_args.problem_column,
+        answer_column=script_args.answer_column,
+        limit=script_args.dataset_limit,
+    )
+    reward_funcs = get_reward_funcs(script_args.reward_funcs)
+    eval_dataset = None
+    if training_args.eval_strategy != "no":
+        if script_args.eval_benchmark is None:
+            raise ValueError(
+                f"eval_strategy is {training_args.eval_strategy!r} but there is nothing to evaluate on: pass "
+                "--eval_benchmark math500 (or aime24, aime25, amc23), or --eval_strategy no."
+            )
+        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.eval_limit)
+
+    # 3. The trainer: PACS, or the GRPO baseline on identical arguments.
+    check_world_size(script_args, training_args)
+    trainer_cls = PACSTrainer if script_args.algorithm == "pacs" else GRPOTrainer
+    trainer = trainer_cls(
+        model=model_args.model_name_or_path,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        peft_config=get_peft_config(model_args),
+    )
+    if trainer.accelerator.is_main_process:
+        backend = trainer.accelerator.distributed_type.value
+        if trainer.is_deepspeed_enabled:
+            backend += f" zero_stage={trainer.accelerator.state.deepspeed_plugin.zero_stage}"
+        arithmetic = batch_arithmetic(training_args)
+        print(f"{script_args.algorithm} on {len(train_dataset)} problems, {backend}: {arithmetic}")
+
+    # 4. Train, resuming if asked (`--resume_from_checkpoint true` picks the last checkpoint in output_dir).
+    resume = training_args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() in ("true", "last", "latest"):
+        resume = True
+    trainer.train(resume_from_checkpoint=resume)
+
+    # 5. Save (LoRA: the adapter; ZeRO-3: the gathered 16-bit weights) and push like any TRL script.
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        print(f"Model saved to {os.path.abspath(training_args.output_dir)}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers and destroy the process group
+        trainer.end()
+
+
+def make_parser(algorithm: str = "pacs") -> TrlParser:
+    return TrlParser((ScriptArguments, PACSConfig if algorithm == "pacs" else GRPOConfig, ModelConfig))
+
+
+def parse_args(args: list[str] | None = None) -> tuple[ScriptArguments, GRPOConfig, ModelConfig]:
+    """Parse `--config recipe.yaml` plus overrides; `algorithm` (from either) picks `PACSConfig` or `GRPOConfig`."""
+    args = sys.argv[1:] if args is None else list(args)
+    algorithm = "pacs"
+    if not {"-h", "--help"} & set(args):
+        script_args, _ = TrlParser(ScriptArguments).parse_args_and_config(args, return_remaining_strings=True)
+        algorithm = script_args.algorithm
+    if algorithm == "pacs":
+        return make_parser("pacs").parse_args_and_config(args)
+    # GRPOConfig has no pacs_* fields: a PACS recipe run as the GRPO baseline drops them, anything else is an error
+    *parsed, remaining = make_parser(algorithm).parse_args_and_config(args, return_remaining_strings=True)
+    unknown = [arg for arg in remaining if arg.startswith("-") and not arg.startswith("--pacs_")]
+    if unknown:
+        raise ValueError(f"Unknown arguments {unknown}; see `python examples/train_qwen.py --help`.")
+    if remaining:
+        logger.warning("algorithm=%s ignores the PACS settings %s", algorithm, " ".join(remaining))
+    return tuple(parsed)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    main(*parse_args())

@@ -1,0 +1,235 @@
+"""`examples/`: the training script end to end on the tiny CPU recipe (python, LoRA, ZeRO-3 under accelerate, resume),
+the GPU recipes' batch arithmetic against the paper's setting, and the accelerate launch configs."""
+
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "train_qwen.py"
+RECIPES = ROOT / "examples" / "recipes"
+ACCELERATE_CONFIGS = ROOT / "examples" / "accelerate_configs"
+TINY_RECIPE = RECIPES / "tiny_cpu.yaml"
+
+GPU_RECIPES = ["qwen3_4b_pacs.yaml", "qwen3_8b_pacs.yaml", "qwen3_8b_pacs_lora.yaml", "qwen3_4b_grpo.yaml"]
+PACS_RECIPES = ["qwen3_4b_pacs.yaml", "qwen3_8b_pacs.yaml", "qwen3_8b_pacs_lora.yaml"]
+# The paper's verl setting: 1024 prompts x 8 completions per rollout, PPO mini-batches of 256 prompts.
+PAPER_PROMPTS_PER_GENERATION, PAPER_NUM_GENERATIONS, PAPER_PROMPTS_PER_STEP = 1024, 8, 256
+
+
+@pytest.fixture(scope="module")
+def train_qwen():
+    """`examples/train_qwen.py` imported as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("train_qwen", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse_recipe(train_qwen, recipe: Path, *overrides: str):
+    # bf16 recipes only parse on a machine without GPU when use_cpu is set; nothing else depends on it
+    return train_qwen.parse_args(["--config", str(recipe), "--use_cpu", "true", *overrides])
+
+
+def run(cmd: list[str], timeout: float = 400) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        pytest.fail(
+            f"{' '.join(cmd)} exited with {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+        )
+    return result
+
+
+def tiny_args(model_dir: str, output_dir: Path, *overrides: str) -> list[str]:
+    config = ["--config", str(TINY_RECIPE), "--model_name_or_path", model_dir, "--output_dir", str(output_dir)]
+    return [str(SCRIPT), *config, *overrides]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Recipes: parse with TrlParser, the paper's batch arithmetic at the stated world size
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_recipe_batch_arithmetic(train_qwen, recipe):
+    script_args, args, model_args = parse_recipe(train_qwen, RECIPES / recipe)
+
+    # the world size the YAML states in prose is the one the script checks
+    header = re.search(r"Assumes (\d+) nodes? x 8 GPUs = (\d+) processes", (RECIPES / recipe).read_text())
+    assert header, f"{recipe} must state the node/GPU count it assumes"
+    nodes, world_size = map(int, header.groups())
+    assert world_size == 8 * nodes == script_args.expected_world_size
+
+    arithmetic = train_qwen.batch_arithmetic(args, world_size)
+    assert arithmetic["completions_per_generation"] == PAPER_PROMPTS_PER_GENERATION * PAPER_NUM_GENERATIONS == 8192
+    assert arithmetic["prompts_per_generation"] == PAPER_PROMPTS_PER_GENERATION
+    assert arithmetic["completions_per_optimizer_step"] == PAPER_PROMPTS_PER_STEP * PAPER_NUM_GENERATIONS
+    assert arithmetic["optimizer_steps_per_generation"] == 4
+    # one group per device micro-batch
+    assert args.num_generations == args.per_device_train_batch_size == PAPER_NUM_GENERATIONS
+    assert args.num_iterations == 1
+
+
+@pytest.mark.parametrize("recipe", PACS_RECIPES)
+def test_pacs_recipes_follow_the_paper(train_qwen, recipe):
+    script_args, args, model_args = parse_recipe(train_qwen, RECIPES / recipe)
+    assert script_args.algorithm == "pacs"
+    assert model_args.model_name_or_path in ("Qwen/Qwen3-4B-Base", "Qwen/Qwen3-8B-Base")
+    assert (args.pacs_beta, args.pacs_reward_proxy, args.pacs_score) == (1.0, "log_ratio", "rloo")
+    assert args.pacs_class_weight == "balanced"
+    assert args.beta == 0.0  # no KL
+    assert args.learning_rate == (1e-5 if model_args.use_peft else 1e-6)
+    assert args.lr_scheduler_type == "constant" and args.warmup_steps == 0
+    assert (args.temperature, args.top_p, args.max_completion_length) == (1.0, 1.0, 4096)
+    assert args.use_vllm and args.vllm_mode == "colocate"
+    assert args.bf16 and args.gradient_checkpointing and model_args.dtype == "bfloat16"
+    # verl's 300 steps / eval every 5 / save every 20 are rollouts; TRL counts optimizer steps, 4 per rollout
+    assert (args.max_steps, args.eval_steps, args.save_steps) == (300 * 4, 5 * 4, 20 * 4)
+    assert script_args.eval_benchmark == "math500" and args.eval_strategy == "steps"
+    assert args.steps_per_generation % args.gradient_accumulation_steps == 0
+
+
+def test_grpo_recipe_differs_from_pacs_only_in_the_loss(train_qwen):
+    from pacs import PACSConfig
+
+    pacs = parse_recipe(train_qwen, RECIPES / "qwen3_4b_pacs.yaml")
+    grpo = parse_recipe(train_qwen, RECIPES / "qwen3_4b_grpo.yaml")
+    assert (pacs[0].algorithm, grpo[0].algorithm) == ("pacs", "grpo")
+    assert dataclasses.replace(grpo[0], algorithm="pacs") == pacs[0]
+    assert grpo[2] == pacs[2]
+    # the baseline is parsed as TRL's own GRPOConfig, with the authors' GRPO loss (verl seq-mean-token-sum-norm)
+    assert isinstance(pacs[1], PACSConfig) and not isinstance(grpo[1], PACSConfig)
+    assert (grpo[1].loss_type, grpo[1].epsilon, grpo[1].scale_rewards) == ("dr_grpo", 0.2, "group")
+    pacs_args, grpo_args = pacs[1].to_dict(), grpo[1].to_dict()
+    assert set(pacs_args) - set(grpo_args) == {"pacs_beta", "pacs_reward_proxy", "pacs_score", "pacs_class_weight"}
+    differing = {k for k in grpo_args if pacs_args[k] != grpo_args[k]}
+    assert differing <= {"loss_type", "output_dir", "logging_dir", "run_name", "hub_model_id"}, differing
+
+
+def test_algorithm_override_picks_the_config_class(train_qwen):
+    from trl import GRPOConfig
+
+    from pacs import PACSConfig
+
+    _, args, _ = parse_recipe(train_qwen, TINY_RECIPE)
+    assert isinstance(args, PACSConfig)
+    # the PACS recipe as the GRPO baseline: TRL's own config, the pacs_* settings dropped
+    script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo")
+    assert script_args.algorithm == "grpo" and type(args) is GRPOConfig
+    with pytest.raises(ValueError, match="--not_an_argument"):
+        parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo", "--not_an_argument", "1")
+
+
+def test_lora_recipe(train_qwen):
+    from peft import LoraConfig
+    from trl import get_peft_config
+
+    _, _, model_args = parse_recipe(train_qwen, RECIPES / "qwen3_8b_pacs_lora.yaml")
+    peft_config = get_peft_config(model_args)
+    assert isinstance(peft_config, LoraConfig)
+    assert peft_config.r == 32 and peft_config.lora_alpha == 32
+    assert set(peft_config.target_modules) == {f"{name}_proj" for name in ("q", "k", "v", "o", "gate", "up", "down")}
+
+
+def test_world_size_mismatch_warns_with_the_rescaling(train_qwen, caplog):
+    script_args, args, _ = parse_recipe(train_qwen, RECIPES / "qwen3_4b_pacs.yaml")
+    assert args.world_size == 1 and script_args.expected_world_size == 8
+    with caplog.at_level(logging.WARNING, logger="train_qwen"):
+        train_qwen.check_world_size(script_args, args)
+    # 8192 completions per generation and 2048 per optimizer step on 1 process
+    assert "--gradient_accumulation_steps 256 --steps_per_generation 1024 --expected_world_size 1" in caplog.text
+
+
+def test_script_requires_a_model_and_an_eval_benchmark(train_qwen, tiny_model_dir):
+    script_args, args, model_args = parse_recipe(train_qwen, TINY_RECIPE)
+    with pytest.raises(ValueError, match="--model_name_or_path"):
+        train_qwen.main(script_args, args, model_args)
+    model_args.model_name_or_path = tiny_model_dir
+    no_benchmark = dataclasses.replace(script_args, eval_benchmark=None)
+    with pytest.raises(ValueError, match="--eval_benchmark math500"):
+        train_qwen.main(no_benchmark, args, model_args)
+
+
+@pytest.mark.parametrize("name", ["ddp", "zero2", "zero3", "zero3_multinode", "zero3_hostfile"])
+def test_accelerate_configs(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = ACCELERATE_CONFIGS / f"{name}.yaml"
+    config = load_config_from_file(str(path))
+    assert config.mixed_precision == "bf16" and not config.use_cpu
+    assert f"accelerate launch --config_file examples/accelerate_configs/{name}.yaml" in path.read_text()
+    expected_stage = {"ddp": None, "zero2": 2}.get(name, 3)
+    assert config.deepspeed_config.get("zero_stage") == expected_stage
+    assert config.num_processes == 8 * config.num_machines
+
+
+def test_every_example_starts_with_its_command():
+    for path in [SCRIPT, *RECIPES.glob("*.yaml"), *ACCELERATE_CONFIGS.glob("*.yaml")]:
+        head = path.read_text()[:2500]
+        assert re.search(r"(accelerate launch|python) .*examples/", head), f"{path.name} must open with its command"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# End to end on the tiny model
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_tiny_recipe_runs_then_resumes(tiny_model_dir, tmp_path):
+    output_dir = tmp_path / "run"
+    # 1. plain python, 2 optimizer steps (one generation), evaluated and checkpointed at step 2
+    run([sys.executable, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "2", "--eval_steps", "2",
+                                    "--save_strategy", "steps", "--save_steps", "2")])  # fmt: skip
+    assert (output_dir / "model.safetensors").exists()
+    state = json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+    logged = {key for entry in state["log_history"] for key in entry}
+    assert {"pacs/loss", "pacs/psi_mean", "pacs/critic_accuracy", "eval_reward"} <= logged
+
+    # 2. resume from the last checkpoint in output_dir and finish at step 4
+    run([sys.executable, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "4", "--eval_strategy", "no",
+                                    "--save_strategy", "steps", "--save_steps", "2",
+                                    "--resume_from_checkpoint", "true")])  # fmt: skip
+    state = json.loads((output_dir / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    steps = [entry["step"] for entry in state["log_history"] if "pacs/loss" in entry]
+    assert steps == [1, 2, 3, 4]  # steps 1-2 come from the checkpoint, not from a rerun
+
+
+def test_tiny_recipe_with_lora(tiny_model_dir, tmp_path):
+    output_dir = tmp_path / "lora"
+    run([sys.executable, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "2", "--eval_strategy", "no",
+                                    "--use_peft", "--lora_r", "8", "--lora_target_modules", "q_proj", "v_proj")])  # fmt: skip
+    adapter = json.loads((output_dir / "adapter_config.json").read_text())
+    assert adapter["r"] == 8 and set(adapter["target_modules"]) == {"q_proj", "v_proj"}
+    assert not (output_dir / "model.safetensors").exists()  # the adapter only
+
+
+@pytest.mark.distributed
+def test_tiny_recipe_under_accelerate_zero3(tiny_model_dir, tmp_path):
+    pytest.importorskip("deepspeed")
+    output_dir = tmp_path / "zero3"
+    # the shipped GPU config, overridden for 2 CPU processes without bf16 (the recipe sets use_cpu)
+    launcher = ["-m", "accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "zero3.yaml"),
+                "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port())]  # fmt: skip
+    result = run([sys.executable, *launcher, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "2",
+                                                        "--eval_strategy", "no", "--expected_world_size", "2")])  # fmt: skip
+    assert "DEEPSPEED zero_stage=3" in result.stdout
+    assert "'world_size': 2, 'completions_per_generation': 16" in result.stdout
+    assert (output_dir / "model.safetensors").exists()  # gathered from the shards (zero3_save_16bit_model)
