@@ -71,28 +71,11 @@ def build_char_tokenizer():
 
 
 def build_model(tokenizer, hidden_size: int, num_layers: int, seed: int):
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from pacs.testing import build_qwen3
 
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=4 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden_size // 4,
-        max_position_embeddings=64,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
+    return build_qwen3(
+        tokenizer, hidden_size, num_layers, seed, intermediate_size=4 * hidden_size, max_position_embeddings=64
     )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
-    )
-    return model
 
 
 @torch.no_grad()

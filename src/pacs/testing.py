@@ -89,20 +89,49 @@ def build_tiny_model(output_dir: str | os.PathLike, seed: int = 0, hidden_size: 
     Returns:
         `str`: the directory, ready for `AutoModelForCausalLM.from_pretrained`.
     """
+    tokenizer = build_tiny_tokenizer()
+    model = build_qwen3(tokenizer, hidden_size=hidden_size, num_layers=num_layers, seed=seed)
+    model.save_pretrained(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    return str(output_dir)
+
+
+def build_qwen3(
+    tokenizer,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 1024,
+):
+    """A randomly initialised small `Qwen3ForCausalLM` sized for `tokenizer` (4 heads, 2 KV heads, tied embeddings).
+
+    Args:
+        tokenizer (`PreTrainedTokenizerFast`):
+            Supplies the vocabulary size and the eos / pad ids (also set in the generation config).
+        hidden_size (`int`, *optional*, defaults to `64`):
+            Hidden size.
+        num_layers (`int`, *optional*, defaults to `2`):
+            Number of decoder layers.
+        seed (`int`, *optional*, defaults to `0`):
+            Seed of the random initialisation.
+        intermediate_size (`int`, *optional*):
+            MLP width; defaults to `2 * hidden_size`.
+        max_position_embeddings (`int`, *optional*, defaults to `1024`):
+            Longest sequence the model is configured for.
+    """
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    output_dir = str(output_dir)
-    tokenizer = build_tiny_tokenizer()
     config = Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
+        intermediate_size=intermediate_size or 2 * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=hidden_size // 4,
-        max_position_embeddings=1024,
+        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -113,6 +142,4 @@ def build_tiny_model(output_dir: str | os.PathLike, seed: int = 0, hidden_size: 
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
     )
-    model.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
-    return output_dir
+    return model
