@@ -142,7 +142,7 @@ def test_get_reward_funcs():
     assert get_reward_funcs(["math", "format"]) == [math_reward, format_reward]
     assert get_reward_funcs("math,format") == [math_reward, format_reward]
     assert get_reward_funcs(["pacs.rewards.format_reward", "pacs.rewards:math_reward"]) == [format_reward, math_reward]
-    with pytest.raises(ValueError, match=r"Valid names are \['format', 'math'\]"):
+    with pytest.raises(ValueError, match=r"Valid names are \['boxed_math', 'format', 'math'\]"):
         get_reward_funcs(["accuracy"])
     with pytest.raises(ValueError, match="Could not import"):
         get_reward_funcs(["pacs.rewards.nope"])
@@ -210,3 +210,18 @@ def test_worker_module_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_boxed_math_reward_requires_the_box():
+    from pacs.rewards import boxed_math_reward
+
+    completions = [
+        "So \\boxed{70}.",
+        "43 + 27 = 70.",
+        "So \\boxed{71}.",
+        [{"role": "assistant", "content": "\\boxed{70}"}],
+    ]
+    assert boxed_math_reward(completions, ["70"] * 4) == [1.0, 0.0, 0.0, 1.0]
+    assert math_reward(completions[1:2], ["70"]) == [1.0]  # the lenient reward's fallback pays for it
+    assert boxed_math_reward.__name__ == "boxed_math_reward"
+    assert get_reward_funcs(["boxed_math"]) == [boxed_math_reward]

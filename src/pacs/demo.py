@@ -7,7 +7,8 @@
 
 Steps: (1) convert the GGUF model once to a local HF folder (see `pacs.models`); (2) draw training and held-out
 arithmetic problems from two seeds (see `pacs.tasks`); (3) greedy accuracy on the held-out set with
-`pacs.eval.evaluate` (the same math-verify check as `pacs.rewards.math_reward`, the training reward);
+`pacs.eval.evaluate`, counting an answer only when it is boxed and right (`pacs.rewards.boxed_math_reward`, the
+training reward);
 (4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, several per generation so that PACS's off-policy
 terms are used; (5) held-out accuracy again; (6) a table on stdout, `demo_metrics.json` and
 `demo.png` (reward per step, implicit-critic accuracy, accuracy before/after with 95% Wilson intervals).
@@ -119,6 +120,7 @@ def held_out_accuracy(model, tokenizer, dataset, output_dir: Path, max_new_token
         `\\boxed{}`), and `samples` (the first few completions).
     """
     from .eval import evaluate
+    from .rewards import extract_answer
 
     evaluate(
         model,
@@ -136,7 +138,8 @@ def held_out_accuracy(model, tokenizer, dataset, output_dir: Path, max_new_token
     with open(output_dir / "eval_rollouts.jsonl", encoding="utf-8") as f:
         rollouts = [json.loads(line) for line in f]
     n = len(rollouts)
-    correct = sum(bool(r["correct"]) for r in rollouts)
+    # the training reward's rule (boxed_math_reward): right *and* boxed, so dropping the box cannot look like progress
+    correct = sum(bool(r["correct"]) and extract_answer(r["completion"]) is not None for r in rollouts)
     low, high = wilson_interval(correct, n)
     keep = ("problem_id", "completion", "extracted_answer", "solution", "correct")
     return {
@@ -278,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
 
     from . import PACSConfig, PACSTrainer
     from .models import resolve_model
-    from .rewards import math_reward
+    from .rewards import boxed_math_reward
     from .tasks import make_arithmetic_dataset
 
     if args.threads:
@@ -339,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
     )
     trainer = PACSTrainer(
         model=model,
-        reward_funcs=[math_reward],
+        reward_funcs=[boxed_math_reward],
         args=config,
         train_dataset=train_dataset,
         processing_class=tokenizer,

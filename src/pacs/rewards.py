@@ -53,6 +53,7 @@ __all__ = [
     "FALLBACK_CHARS",
     "REWARD_FUNCS",
     "extract_answer",
+    "boxed_math_reward",
     "format_reward",
     "get_reward_funcs",
     "make_math_reward",
@@ -502,7 +503,10 @@ def score_completions(
 
 
 def make_math_reward(
-    timeout: float = DEFAULT_TIMEOUT, num_workers: int | None = None, name: str = "math_reward"
+    timeout: float = DEFAULT_TIMEOUT,
+    num_workers: int | None = None,
+    name: str = "math_reward",
+    require_box: bool = False,
 ) -> Callable[..., list[float | None]]:
     """Build a math-verify reward function with its own time bound and worker count.
 
@@ -513,13 +517,20 @@ def make_math_reward(
             Verifier processes, see `score_completions`.
         name (`str`, *optional*, defaults to `"math_reward"`):
             The function's `__name__`; TRL logs the reward as `rewards/<name>/mean`.
+        require_box (`bool`, *optional*, defaults to `False`):
+            Score 0.0 unless the final answer is in a `\\boxed{}`: no fallback extraction, so a model cannot earn
+            the reward by dropping the box (small models do, once the fallback pays for `... = 73.`).
 
     Returns:
         A function `f(completions, solution, **kwargs) -> list[float | None]`.
     """
 
     def reward(completions, solution, **kwargs) -> list[float | None]:
-        return [r for r, _ in score_completions(completions, solution, timeout=timeout, num_workers=num_workers)]
+        scored = score_completions(completions, solution, timeout=timeout, num_workers=num_workers)
+        if not require_box:
+            return [r for r, _ in scored]
+        boxed = [extract_answer(_completion_text(c)) is not None for c in completions]
+        return [r if r is None or has_box else 0.0 for (r, _), has_box in zip(scored, boxed)]
 
     reward.__name__ = reward.__qualname__ = name
     reward.__doc__ = math_reward.__doc__
@@ -560,7 +571,18 @@ def format_reward(completions, **kwargs) -> list[float]:
     return rewards
 
 
-REWARD_FUNCS: dict[str, Callable[..., list]] = {"math": math_reward, "format": format_reward}
+boxed_math_reward = make_math_reward(name="boxed_math_reward", require_box=True)
+boxed_math_reward.__doc__ = """Like `math_reward`, but 0.0 unless the final answer is in a `\\boxed{}` (no fallback).
+
+    >>> boxed_math_reward(["The answer is \\\\boxed{70}.", "It is 70."], ["70", "70"])
+    [1.0, 0.0]
+    """
+
+REWARD_FUNCS: dict[str, Callable[..., list]] = {
+    "math": math_reward,
+    "boxed_math": boxed_math_reward,
+    "format": format_reward,
+}
 """Reward functions by the short names `get_reward_funcs` accepts."""
 
 
