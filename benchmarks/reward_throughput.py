@@ -15,20 +15,12 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from pacs.testing import HOSTILE_COMPLETIONS
+
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-HOSTILE = {  # the same inputs as tests/test_rewards.py
-    "power tower": "\\boxed{9^{9^{9^{9}}}}",
-    "huge power": "\\boxed{2^{2^{40}}}",
-    "factorial": "\\boxed{10000!}",
-    "huge factorial": "\\boxed{(10^{10})!}",
-    "nested braces": "\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}",
-    "unclosed braces": "\\boxed{" + "{\\frac{" * 3000,
-    "200k characters": "x + y = " * 25_000,
-    "random unicode": "".join(chr(c) for c in range(0x20, 0x20 + 60_000) if not 0xD800 <= c < 0xE000) * 3,
-}
 
 
 def make_items(num_items: int):
@@ -96,7 +88,7 @@ def main(argv=None):
     )
 
     print("hostile inputs (seconds; main thread / worker thread; result):")
-    for name, text in HOSTILE.items():
+    for name, text in HOSTILE_COMPLETIONS.items():
         start = time.perf_counter()
         r1 = rewards.math_reward([text], ["3"])
         t1 = time.perf_counter() - start

@@ -11,6 +11,7 @@ import pytest
 
 from pacs import rewards
 from pacs.rewards import extract_answer, format_reward, get_reward_funcs, make_math_reward, math_reward
+from pacs.testing import HOSTILE_COMPLETIONS
 
 
 # (completion, gold, expected reward). Mirrored in docs/evaluation.md; keep the two in sync.
@@ -148,23 +149,13 @@ def test_get_reward_funcs():
         get_reward_funcs(["pacs.rewards.nope"])
 
 
-HOSTILE = {
-    "power tower": "\\boxed{9^{9^{9^{9}}}}",
-    "huge power": "\\boxed{2^{2^{40}}}",
-    "factorial": "\\boxed{10000!}",
-    "huge factorial": "\\boxed{(10^{10})!}",
-    "nested braces": "\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}",
-    "unclosed braces": "\\boxed{" + "{\\frac{" * 3000,
-    "200k characters": "x + y = " * 25_000,
-    "random unicode": "".join(chr(c) for c in range(0x20, 0x20 + 60_000) if not 0xD800 <= c < 0xE000) * 3,
-}
 HOSTILE_BOUND_S = 15.0  # default per-item timeout is 3 s; the rest is slack for a loaded 2-core CI machine
 
 
 @pytest.mark.parametrize("where", ["main thread", "worker thread"])
 def test_hostile_inputs_are_bounded(where):
     timings = {}
-    for name, text in HOSTILE.items():
+    for name, text in HOSTILE_COMPLETIONS.items():
         start = time.perf_counter()
         if where == "main thread":
             result = math_reward([text], solution=["3"])

@@ -26,6 +26,20 @@ CHAT_TEMPLATE = (
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
+# Completions that must score 0.0 within a few seconds, in any thread (tests/test_rewards.py,
+# benchmarks/reward_throughput.py): huge numbers, deep or broken nesting, sheer length, random unicode.
+HOSTILE_COMPLETIONS = {
+    "power tower": "\\boxed{9^{9^{9^{9}}}}",
+    "huge power": "\\boxed{2^{2^{40}}}",
+    "factorial": "\\boxed{10000!}",
+    "huge factorial": "\\boxed{(10^{10})!}",
+    "nested braces": "\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}",
+    "unclosed braces": "\\boxed{" + "{\\frac{" * 3000,
+    "200k characters": "x + y = " * 25_000,
+    "random unicode": "".join(chr(c) for c in range(0x20, 0x20 + 60_000) if not 0xD800 <= c < 0xE000) * 3,
+}
+
+
 _CORPUS = [
     "What is 12 + 35? Please reason step by step, and put your final answer within \\boxed{}.",
     "The answer is \\boxed{47}. We add the tens and then the ones.",
