@@ -21,8 +21,6 @@ from pacs.testing import HOSTILE_COMPLETIONS
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-
-
 def make_items(num_items: int):
     from pacs.data import load_benchmark
 
