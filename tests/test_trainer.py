@@ -12,7 +12,8 @@ import pytest
 import torch
 from datasets import Dataset
 
-from pacs import PACSConfig, PACSTrainer
+from pacs import PACSTrainer
+from pacs.testing import tiny_pacs_config
 from pacs.trainer import shuffle_groups
 
 
@@ -38,21 +39,7 @@ def prompts(n=32):
 
 
 def config(tmp_path, **kwargs):
-    base = dict(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=3,
-        learning_rate=1e-2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-    )
-    return PACSConfig(**{**base, **kwargs})
+    return tiny_pacs_config(tmp_path / "out", **kwargs)
 
 
 class Recorder:

@@ -11,7 +11,8 @@ import sys
 import torch
 from datasets import Dataset
 
-from pacs import PACSConfig, PACSTrainer
+from pacs import PACSTrainer
+from pacs.testing import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):
@@ -20,21 +21,7 @@ def parity_reward(completions, **kwargs):
 
 def main(model_dir: str, out_dir: str) -> None:
     dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(64)]})
-    args = PACSConfig(
-        output_dir=out_dir,
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        steps_per_generation=2,
-        max_completion_length=8,
-        max_steps=3,
-        learning_rate=1e-2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-    )
+    args = tiny_pacs_config(out_dir, steps_per_generation=2)
     trainer = PACSTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset)
     seen = []
     compute_loss = trainer._compute_loss
