@@ -546,30 +546,40 @@ def main(argv=None) -> dict:
     suffix = "_smoke" if args.smoke else ("" if args.device == "cpu" else f"_{args.device}")
     out = {"info": info, "args": vars(args), "argv": sys.argv}
 
-    if args.loss_only or args.smoke:
-        r = loss_only(args)
-        out["loss_only"] = r
-        md = loss_only_markdown(r)
+    # The two stand-alone sections: (run it?, stop after it?, measure, render, key in out, file stem, title, model line?).
+    sections = (
+        (
+            args.loss_only or args.smoke,
+            args.loss_only,
+            loss_only,
+            loss_only_markdown,
+            "loss_only",
+            "loss_cost",
+            "pacs_loss alone at scale",
+            False,
+        ),
+        (
+            args.ab or args.smoke,
+            args.ab,
+            ab_backward,
+            ab_markdown,
+            "ab_backward",
+            "ab_backward",
+            "loss + backward, the three trainers in one process",
+            True,
+        ),
+    )
+    for wanted, only, measure, render, key, stem, title, model_line in sections:
+        if not wanted:
+            continue
+        out[key] = r = measure(args)
+        md = render(r)
         print(md)
         info["load_average_end"] = _common.load_average()
-        md = _header("pacs_loss alone at scale", args, info, model_line=False) + md
-        (out_dir / f"loss_cost{suffix}.md").write_text(md + "\n")
-        if args.loss_only:
-            info["load_average_end"] = _common.load_average()
-            (out_dir / f"loss_cost{suffix}.json").write_text(json.dumps(out, indent=1))
-            return out
-
-    if args.ab or args.smoke:
-        r = ab_backward(args)
-        out["ab_backward"] = r
-        md = ab_markdown(r)
-        print(md)
-        info["load_average_end"] = _common.load_average()
-        md = _header("loss + backward, the three trainers in one process", args, info) + md
-        (out_dir / f"ab_backward{suffix}.md").write_text(md + "\n")
-        if args.ab:
-            info["load_average_end"] = _common.load_average()
-            (out_dir / f"ab_backward{suffix}.json").write_text(json.dumps(out, indent=1))
+        md = _header(title, args, info, model_line=model_line) + md
+        (out_dir / f"{stem}{suffix}.md").write_text(md + "\n")
+        if only:
+            (out_dir / f"{stem}{suffix}.json").write_text(json.dumps(out, indent=1))
             return out
 
     results = []
