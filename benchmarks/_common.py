@@ -99,3 +99,76 @@ def fmt3(values, spec: str = ".3f") -> str:
     """ "median (min–max)" of a sequence, formatted with `spec`."""
     lo, med, hi = min_med_max(values)
     return f"{med:{spec}} ({lo:{spec}}–{hi:{spec}})"
+
+
+# What PACS's critic does and how often clipping bites ------------------------------------------------------------
+
+
+def recording(trainer_cls):
+    """A subclass of `trainer_cls` that keeps, for every PACS loss call, each completion's sigma(psi), label and step.
+
+    `PACSTrainer` logs only per-step means of psi; the question "is the critic term doing anything" needs the
+    distribution of |sigma(psi) - 1/2| per completion, and the critic's accuracy on the off-policy steps only (on the
+    first step of a generation round psi == 0 exactly). For GRPO and RLOO the subclass records nothing extra.
+    """
+
+    class Recording(trainer_cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.critic_records: list[dict] = []
+
+        def _log_pacs_metrics(self, mode, loss, stats, labels, sample_weight, num_generations):
+            super()._log_pacs_metrics(mode, loss, stats, labels, sample_weight, num_generations)
+            if mode != "train":
+                return
+            keep = sample_weight > 0
+            self.critic_records.append(
+                {
+                    # optimizer steps done before this one; TRL generates when it is a multiple of steps_per_generation
+                    "step": self.state.global_step,
+                    "probs": stats["probs"].detach()[keep].float().tolist(),
+                    "labels": labels.detach()[keep].float().tolist(),
+                }
+            )
+
+    Recording.__name__ = Recording.__qualname__ = f"Recording{trainer_cls.__name__}"
+    return Recording
+
+
+def quantiles(values, qs=(0.1, 0.5, 0.9)) -> list[float]:
+    """Empirical quantiles (nearest rank) of a non-empty sequence."""
+    values = sorted(values)
+    return [values[min(len(values) - 1, int(q * len(values)))] for q in qs]
+
+
+def critic_summary(records: list[dict], steps_per_generation: int) -> dict | None:
+    """|sigma(psi) - 1/2| quantiles and critic accuracy over the off-policy steps of `recording(...).critic_records`.
+
+    The critic's guess for a completion is "correct" when sigma(psi) > 1/2; its accuracy is measured against the
+    reward label. Returns None when nothing was recorded (GRPO, RLOO).
+    """
+    off = [r for r in records if r["step"] % steps_per_generation != 0]
+    if not off:
+        return None
+    dev = [abs(p - 0.5) for r in off for p in r["probs"]]
+    hits = [(p > 0.5) == (y > 0.5) for r in off for p, y in zip(r["probs"], r["labels"])]
+    # accuracy of "always guess the majority label" on the same completions: what the critic has to beat
+    pos = sum(y > 0.5 for r in off for y in r["labels"]) / len(hits)
+    # per-step accuracy only where the step has both labels (elsewhere the sign of psi cannot be right or wrong alone)
+    return {
+        "off_policy_steps": len(off),
+        "completions": len(dev),
+        "abs_sigma_psi_minus_half_q10_q50_q90": quantiles(dev),
+        "abs_sigma_psi_minus_half_mean": sum(dev) / len(dev),
+        "frac_abs_dev_over_0.05": sum(d > 0.05 for d in dev) / len(dev),
+        "critic_accuracy_off_policy": sum(hits) / len(hits),
+        "majority_label_accuracy": max(pos, 1 - pos),
+    }
+
+
+def clip_fraction(log_history: list[dict], max_grad_norm: float) -> float | None:
+    """Fraction of optimizer steps whose pre-clipping gradient norm (TRL logs it) exceeded `max_grad_norm`."""
+    norms = [e["grad_norm"] for e in log_history if e.get("grad_norm") is not None]
+    if not norms:
+        return None
+    return sum(n > max_grad_norm for n in norms) / len(norms)

@@ -1,28 +1,34 @@
-"""Sample efficiency of PACS against TRL's GRPO and RLOO on a task a tiny model learns on a CPU in minutes.
+"""Does PACS learn faster than GRPO, and is its critic doing anything? A tiny model, long completions, on a CPU.
 
-    python benchmarks/learning.py                      # full run: 5 configs x 3 seeds, ~15-40 min on 2 shared CPU cores
+    python benchmarks/learning.py                      # full run (lr grid + seeds), ~1 h on one shared CPU core
     python benchmarks/learning.py --smoke              # one tiny iteration (what tests/test_benchmarks.py runs)
     python benchmarks/learning.py --report-only        # redo learning.md / learning.png from learning.json
 
-The task is two-digit addition with fixed-width operands and answers ("07+45=" -> "052"), a character-level vocabulary
-and an exact-match reward. Steps:
+The task is three-digit addition answered with a worked scratchpad, one column at a time from the right, then the
+answer: "347+586=" -> "7+6+0=13,4+8+1=13,3+5+1=09>0933" (31 characters + eos, one token per character). The reward
+checks only the answer after ">" (like a math verifier), so PACS's reward proxy r = beta * sum_t log-ratio sums ~32
+tokens. Steps:
 
-1. Split all 10,000 problems into a held-out test set (500), an SFT dev set (500), an SFT set and an RL prompt set.
-2. Warm start: a randomly initialised Qwen3 (hidden 128, 2 layers) is trained by plain supervised learning until its
-   greedy accuracy on the dev set first reaches `--sft-target` (checked every 25 steps), then saved once; every RL run
-   starts from this one checkpoint.
-3. RL: each config (PACS with beta 1 and 2 and with/without class weights, GRPO with beta 0, RLOO with beta 0) is
-   trained with the same learning rate, batch, group size, optimizer steps per generation and, per seed, the same
-   prompt order (TRL's `RepeatSampler` is seeded by `args.seed` in all three trainers). Greedy held-out accuracy is
-   measured every `--eval-every` optimizer steps.
-4. Results: raw JSON, a plot (mean and min-max over seeds) and a table of steps-to-threshold and final accuracy,
-   written to `--out-dir` as learning.json / learning.png / learning.md.
+1. Draw disjoint problem sets: held-out test (500), validation (200, for picking the learning rate), SFT dev (200),
+   SFT (3,000) and RL prompts (10,000).
+2. Warm start: a randomly initialised Qwen3 (hidden 128, 2 layers) is trained by plain supervised learning on full
+   scratchpads until its greedy dev accuracy first reaches `--sft-target`, then saved once; every RL run starts from it.
+3. Learning-rate pick: every config (PACS beta 1 and 2 with balanced class weights, PACS beta 1 without class weights,
+   GRPO, RLOO; TRL's KL off for all) is trained on seed 0 at each learning rate of `--lr-grid`; its learning rate is
+   the one with the best validation accuracy (mean of the last 3 evaluations). The test set plays no part.
+4. Report: each config at its own learning rate on seeds `--seeds` (the seed-0 run of step 3 is reused); greedy
+   test accuracy every `--eval-every` steps. Per seed the prompt order is the same for all configs (TRL's
+   `RepeatSampler` is seeded by `args.seed` in all three trainers). For PACS, the distribution of |sigma(psi) - 1/2|
+   and the implicit critic's accuracy on off-policy steps; for all, the share of steps where gradient clipping was
+   active (pre-clip norm > 1).
+5. Results: raw JSON, a plot (mean and min-max over seeds), tables and a verdict in learning.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -44,24 +50,49 @@ CONFIGS = {
     "GRPO": ("grpo", {}),
     "RLOO": ("rloo", {}),
 }
+COMPLETION_TOKENS = 32  # 3 columns x "a+b+c=dd" + 2 commas + ">" + 4 answer digits + eos
 
 
 # 1. Task, tokenizer, model ----------------------------------------------------------------------------------------
 
 
+def scratchpad(a: int, b: int) -> str:
+    """The worked answer to `a+b` for three-digit a, b: columns right to left with carries, then ">" and the sum.
+
+    >>> scratchpad(347, 586)
+    '7+6+0=13,4+8+1=13,3+5+1=09>0933'
+    """
+    carry, columns = 0, []
+    for i in range(3):
+        x, y = (a // 10**i) % 10, (b // 10**i) % 10
+        s = x + y + carry
+        columns.append(f"{x}+{y}+{carry}={s:02d}")
+        carry = s // 10
+    return ",".join(columns) + f">{a + b:04d}"
+
+
 def make_problems(seed: int = 1234):
-    """All 10,000 fixed-width problems, split into (test, dev, sft, rl) lists of (prompt, answer)."""
-    problems = [(f"{a:02d}+{b:02d}=", f"{a + b:03d}") for a in range(100) for b in range(100)]
-    random.Random(seed).shuffle(problems)
-    return problems[:500], problems[500:1000], problems[1000:3000], problems[3000:]
+    """Disjoint (test, val, dev, sft, rl) lists of (prompt, worked answer) for three-digit addition."""
+    rng = random.Random(seed)
+    pairs = rng.sample(range(1000 * 1000), 500 + 200 + 200 + 3000 + 10000)
+    problems = [(f"{p // 1000:03d}+{p % 1000:03d}=", scratchpad(p // 1000, p % 1000)) for p in pairs]
+    return problems[:500], problems[500:700], problems[700:900], problems[900:3900], problems[3900:]
+
+
+def final_answer(text: str) -> str | None:
+    """The four digits after the last ">" of a completion, or None."""
+    if ">" not in text:
+        return None
+    answer = text.rsplit(">", 1)[1].strip()
+    return answer if len(answer) == 4 and answer.isdigit() else None
 
 
 def build_char_tokenizer():
-    """Character-level tokenizer over `0-9 + =` with eos `<|im_end|>` and pad `<|endoftext|>` (left padding)."""
+    """Character-level tokenizer over `0-9 + = , >` with eos `<|im_end|>` and pad `<|endoftext|>` (left padding)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(["<|endoftext|>", "<|im_end|>", *"0123456789+="])}
+    vocab = {t: i for i, t in enumerate(["<|endoftext|>", "<|im_end|>", *"0123456789+=,>"])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per character
     tok.decoder = decoders.Fuse()
@@ -80,7 +111,7 @@ def build_model(tokenizer, hidden_size: int, num_layers: int, seed: int):
 
 @torch.no_grad()
 def greedy_accuracy(model, tokenizer, problems, batch_size: int = 500) -> float:
-    """Exact-match accuracy of greedy decoding (4 new tokens: 3 digits + eos) on `problems`."""
+    """Accuracy of the final answer under greedy decoding (up to COMPLETION_TOKENS new tokens) on `problems`."""
     was_training = model.training
     model.eval()
     correct = 0
@@ -90,19 +121,23 @@ def greedy_accuracy(model, tokenizer, problems, batch_size: int = 500) -> float:
         out = model.generate(
             **enc,
             do_sample=False,
-            max_new_tokens=4,
+            max_new_tokens=COMPLETION_TOKENS,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id,
-        )  # (b, P + 4)
+        )  # (b, P + COMPLETION_TOKENS)
         texts = tokenizer.batch_decode(out[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
-        correct += sum(t.strip() == a for t, (_, a) in zip(texts, chunk))
+        correct += sum(final_answer(t) == final_answer(a) for t, (_, a) in zip(texts, chunk))
     model.train(was_training)
     return correct / len(problems)
 
 
-def exact_match_reward(completions, answer, **kwargs) -> list[float]:
-    """1.0 if the completion is exactly the fixed-width sum, else 0.0 (TRL reward signature)."""
-    return [float(c.strip() == a) for c, a in zip(completions, answer)]
+def answer_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 if the completion's final answer (after ">") is the right sum, else 0.0 (TRL reward signature).
+
+    >>> answer_reward(["7+6+0=13,4+8+1=13,3+5+1=09>0933", "junk>0933", "0933"], ["0933"] * 3)
+    [1.0, 1.0, 0.0]
+    """
+    return [float(final_answer(c) == a) for c, a in zip(completions, answer)]
 
 
 # 2. Supervised warm start -----------------------------------------------------------------------------------------
@@ -113,6 +148,7 @@ def sft_warm_start(args, tokenizer, sft, dev, test) -> dict:
     path = Path(args.work_dir) / "sft"
     meta_path = path / "sft_meta.json"
     key = {k: getattr(args, k) for k in ("hidden_size", "num_layers", "sft_lr", "sft_target", "sft_max_steps")}
+    key["task"] = "scratchpad-3digit"
     if meta_path.exists():
         meta = json.loads(meta_path.read_text())
         if meta["key"] == key:
@@ -123,9 +159,9 @@ def sft_warm_start(args, tokenizer, sft, dev, test) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=args.sft_lr, weight_decay=0.0)
     texts = [p + a + tokenizer.eos_token for p, a in sft]
     enc = tokenizer(texts, return_tensors="pt", padding=True)
-    ids, attn = enc.input_ids, enc.attention_mask  # (N, 10): all sequences have the same length
+    ids, attn = enc.input_ids, enc.attention_mask  # (N, 40): all sequences have the same length
     labels = ids.clone()
-    labels[:, :6] = -100  # supervise only the answer digits and eos
+    labels[:, :8] = -100  # supervise only the scratchpad, the answer and eos
     gen = torch.Generator().manual_seed(0)
     t0, step, dev_acc = time.perf_counter(), 0, 0.0
     while step < args.sft_max_steps:
@@ -159,14 +195,14 @@ def sft_warm_start(args, tokenizer, sft, dev, test) -> dict:
 # 3. RL runs -------------------------------------------------------------------------------------------------------
 
 
-def make_trainer(family: str, extra: dict, args, model_path: str, tokenizer, train_dataset, seed: int, out: str):
-    """The trainer exactly as a user would build it; all three share every setting except the algorithm."""
+def make_trainer(family: str, extra: dict, lr: float, args, model_path, tokenizer, train_dataset, seed: int, out: str):
+    """The trainer exactly as a user would build it; all three share every setting except the algorithm and lr."""
     common = dict(
         output_dir=out,
         seed=seed,
         use_cpu=True,
         bf16=False,
-        learning_rate=args.lr,
+        learning_rate=lr,
         lr_scheduler_type="constant",
         warmup_steps=0,
         weight_decay=0.0,
@@ -176,11 +212,11 @@ def make_trainer(family: str, extra: dict, args, model_path: str, tokenizer, tra
         per_device_train_batch_size=args.prompts_per_step * args.num_generations,
         gradient_accumulation_steps=1,
         steps_per_generation=args.steps_per_generation,  # = optimizer steps per generation (GA is 1)
-        max_completion_length=4,  # 3 digits + eos
+        max_completion_length=COMPLETION_TOKENS,
         temperature=1.0,
         beta=0.0,  # no KL / reference model for any of the three
         shuffle_dataset=True,
-        logging_steps=args.eval_every,
+        logging_steps=1,  # every step's grad_norm, for the clipping share
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
@@ -198,29 +234,32 @@ def make_trainer(family: str, extra: dict, args, model_path: str, tokenizer, tra
     else:
         raise ValueError(f"unknown trainer family {family!r}")
     config = Config(**common, **extra)
-    return Trainer(
+    return _common.recording(Trainer)(
         model=model_path,
-        reward_funcs=exact_match_reward,
+        reward_funcs=answer_reward,
         args=config,
         train_dataset=train_dataset,
         processing_class=tokenizer,
     )
 
 
-def run_one(name: str, seed: int, args, model_path: str, tokenizer, train_dataset, test) -> dict:
+def run_one(name: str, lr: float, seed: int, args, model_path: str, tokenizer, train_dataset, val, test) -> dict:
     from transformers import PrinterCallback, TrainerCallback
 
     family, extra = CONFIGS[name]
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[int, float, float]] = []  # (step, validation acc, test acc)
     train_log: list[dict] = []
+
+    def evaluate(model, step):
+        curve.append((step, greedy_accuracy(model, tokenizer, val), greedy_accuracy(model, tokenizer, test)))
 
     class EvalCallback(TrainerCallback):
         def on_train_begin(self, a, state, control, model=None, **kw):
-            curve.append((0, greedy_accuracy(model, tokenizer, test)))
+            evaluate(model, 0)
 
         def on_step_end(self, a, state, control, model=None, **kw):
             if state.global_step % args.eval_every == 0 or state.global_step == a.max_steps:
-                curve.append((state.global_step, greedy_accuracy(model, tokenizer, test)))
+                evaluate(model, state.global_step)
 
         def on_log(self, a, state, control, logs=None, **kw):
             if logs:
@@ -228,99 +267,183 @@ def run_one(name: str, seed: int, args, model_path: str, tokenizer, train_datase
                     {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, float)}}
                 )
 
-    out = os.path.join(args.work_dir, "runs", f"{name.replace(' ', '_').replace('=', '')}-s{seed}")
-    trainer = make_trainer(family, extra, args, model_path, tokenizer, train_dataset, seed, out)
+    tag = f"{name.replace(' ', '_').replace('=', '')}-lr{lr:g}-s{seed}"
+    trainer = make_trainer(
+        family, extra, lr, args, model_path, tokenizer, train_dataset, seed, os.path.join(args.work_dir, "runs", tag)
+    )
     trainer.remove_callback(PrinterCallback)  # keep stdout to one line per run
     trainer.add_callback(EvalCallback())
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    critic = _common.critic_summary(trainer.critic_records, args.steps_per_generation)
+    clip = _common.clip_fraction(train_log, 1.0)
     print(
-        f"[rl] {name:20s} seed {seed}: acc {curve[0][1]:.3f} -> {curve[-1][1]:.3f} in {seconds:.0f}s "
-        f"(load {_common.load_average()})",
+        f"[rl] {name:20s} lr {lr:g} seed {seed}: val {curve[0][1]:.3f} -> {curve[-1][1]:.3f}, test "
+        f"{curve[0][2]:.3f} -> {curve[-1][2]:.3f}, clip {clip:.0%}"
+        + (f", |s(psi)-.5| q50 {critic['abs_sigma_psi_minus_half_q10_q50_q90'][1]:.3f}" if critic else "")
+        + f" in {seconds:.0f}s (cpu {cpu:.0f}s, load {_common.load_average()})",
         flush=True,
     )
     return {
         "config": name,
+        "lr": lr,
         "seed": seed,
         "curve": curve,
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "load": _common.load_average(),
-        "train_log": train_log,
+        "critic": critic,
+        "clip_fraction": clip,
+        "psi_std": [e["pacs/psi_std"] for e in train_log if "pacs/psi_std" in e],
+        "train_log": [
+            {k: v for k, v in e.items() if k in ("step", "grad_norm", "reward", "pacs/critic_accuracy")}
+            for e in train_log
+        ],
     }
 
 
 # 4. Report --------------------------------------------------------------------------------------------------------
 
 
+def final(curve, column: int, last: int = 3) -> float:
+    """Mean accuracy of the last `last` evaluations (column 1: validation, 2: test)."""
+    return statistics.mean(c[column] for c in curve[-last:])
+
+
+def auc(curve, column: int = 2) -> float:
+    """Mean accuracy over all evaluations after step 0: one number for "learns faster" (area under the curve)."""
+    return statistics.mean(c[column] for c in curve[1:])
+
+
 def steps_to(curve, threshold: float):
-    """First evaluated step whose held-out accuracy is >= threshold, or None."""
-    return next((s for s, a in curve if a >= threshold), None)
+    """First evaluated step whose test accuracy is >= threshold, or None."""
+    return next((c[0] for c in curve if c[2] >= threshold), None)
 
 
-def mean_std(xs) -> str:
-    if not xs:
-        return "n/a"
-    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{statistics.mean(xs):.3f} ± {sd:.3f}"
+def t_interval(xs) -> str:
+    """mean [95% t-interval] over seeds."""
+    if len(xs) < 2:
+        return f"{xs[0]:.3f}" if xs else "n/a"
+    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(len(xs), 2.0)
+    m, sd = statistics.mean(xs), statistics.stdev(xs)
+    half = t * sd / math.sqrt(len(xs))
+    return f"{m:.3f} [{m - half:.3f}, {m + half:.3f}]"
 
 
-def final_acc(curve, last: int = 3) -> float:
-    """Mean held-out accuracy of the last `last` evaluations (one 500-problem evaluation has a std of ~0.02)."""
-    return statistics.mean(a for _, a in curve[-last:])
-
-
-def summary_table(runs: list[dict], thresholds: list[float], max_steps: int) -> str:
-    head = [
-        "config",
-        "seeds",
-        "final acc: mean of last 3 evals (mean ± std over seeds)",
-        "acc at last step",
-        "best acc",
-    ]
-    head += [f"steps to {t:.0%} (mean; seeds reaching)" for t in thresholds]
-    head += ["wall s/run (median)"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+def pick_lrs(runs: list[dict], seed: int) -> dict:
+    """Per config, the grid lr whose seed-`seed` run has the best final validation accuracy."""
+    picked = {}
     for name in CONFIGS:
-        rs = [r for r in runs if r["config"] == name]
-        if not rs:
-            continue
-        cells = [
-            name,
-            str(len(rs)),
-            mean_std([final_acc(r["curve"]) for r in rs]),
-            mean_std([r["curve"][-1][1] for r in rs]),
-            mean_std([max(a for _, a in r["curve"]) for r in rs]),
-        ]
-        for t in thresholds:
-            hits = [steps_to(r["curve"], t) for r in rs]
-            reached = [h for h in hits if h is not None]
-            # an unreached threshold counts as max_steps in the mean (a lower bound on the true mean), marked ">="
-            filled = [h if h is not None else max_steps for h in hits]
-            prefix = "" if len(reached) == len(rs) else ">="
-            cells.append(f"{prefix}{statistics.mean(filled):.0f} ({len(reached)}/{len(rs)})")
-        cells.append(f"{statistics.median(r['seconds'] for r in rs):.0f}")
+        rs = [r for r in runs if r["config"] == name and r["seed"] == seed]
+        if rs:
+            picked[name] = max(rs, key=lambda r: final(r["curve"], 1))["lr"]
+    return picked
+
+
+def grid_table(runs: list[dict], lrs: list[float], seed: int) -> str:
+    head = ["config", *[f"val acc, lr {lr:g}" for lr in lrs], "picked lr"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    picked = pick_lrs(runs, seed)
+    for name in CONFIGS:
+        cells = [name]
+        for lr in lrs:
+            r = next((r for r in runs if r["config"] == name and r["seed"] == seed and r["lr"] == lr), None)
+            cells.append("—" if r is None else f"{final(r['curve'], 1):.3f}")
+        cells.append(f"{picked[name]:g}" if name in picked else "—")
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
-def plot(runs: list[dict], path: Path, title: str) -> None:
+def final_runs(runs: list[dict], picked: dict) -> dict:
+    return {name: [r for r in runs if r["config"] == name and r["lr"] == lr] for name, lr in picked.items()}
+
+
+def summary_table(runs: list[dict], picked: dict, thresholds: list[float]) -> str:
+    head = ["config", "lr", "seeds", "test acc start", "final test acc (last 3 evals), mean [95% CI]"]
+    head += ["mean test acc over the run (AUC), mean [95% CI]"]
+    head += [f"steps to {t:.0%} (seeds reaching)" for t in thresholds]
+    head += ["clip active", "CPU s/run"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rs in final_runs(runs, picked).items():
+        if not rs:
+            continue
+        cells = [
+            name,
+            f"{picked[name]:g}",
+            str(len(rs)),
+            f"{statistics.mean(r['curve'][0][2] for r in rs):.3f}",
+            t_interval([final(r["curve"], 2) for r in rs]),
+            t_interval([auc(r["curve"]) for r in rs]),
+        ]
+        for t in thresholds:
+            hits = [h for h in (steps_to(r["curve"], t) for r in rs) if h is not None]
+            cells.append(f"{statistics.mean(hits):.0f} ({len(hits)}/{len(rs)})" if hits else f"— (0/{len(rs)})")
+        cells.append(f"{statistics.mean(r['clip_fraction'] for r in rs):.0%}")
+        cells.append(f"{statistics.median(r['cpu_seconds'] for r in rs):.0f}")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def critic_table(runs: list[dict], picked: dict) -> str:
+    head = ["config", "off-policy steps", "abs(σ(ψ) − ½) 10% / 50% / 90% quantile", "share > 0.05"]
+    head += ["critic accuracy (off-policy)", "majority-label accuracy", "psi_std median"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, rs in final_runs(runs, picked).items():
+        cs = [r["critic"] for r in rs if r.get("critic")]
+        if not cs:
+            continue
+        q = [statistics.mean(c["abs_sigma_psi_minus_half_q10_q50_q90"][i] for c in cs) for i in range(3)]
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    name,
+                    str(sum(c["off_policy_steps"] for c in cs)),
+                    f"{q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}",
+                    f"{statistics.mean(c['frac_abs_dev_over_0.05'] for c in cs):.0%}",
+                    t_interval([c["critic_accuracy_off_policy"] for c in cs]),
+                    f"{statistics.mean(c['majority_label_accuracy'] for c in cs):.3f}",
+                    f"{statistics.median(x for r in rs for x in r['psi_std']):.3f}",
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(rows)
+
+
+def paired_vs_grpo(runs: list[dict], picked: dict) -> str:
+    """Per config, final test acc minus GRPO's on the same seed: mean [95% t-interval] over seeds."""
+    fr = final_runs(runs, picked)
+    grpo = {r["seed"]: final(r["curve"], 2) for r in fr.get("GRPO", [])}
+    lines = []
+    for name, rs in fr.items():
+        if name == "GRPO":
+            continue
+        d = [final(r["curve"], 2) - grpo[r["seed"]] for r in rs if r["seed"] in grpo]
+        da = [auc(r["curve"]) - auc(g["curve"]) for r in rs for g in fr["GRPO"] if g["seed"] == r["seed"]]
+        if d:
+            lines.append(f"| {name} | {len(d)} | {t_interval(d)} | {t_interval(da)} |")
+    head = "| config | seeds | final test acc − GRPO's, same seed | AUC − GRPO's, same seed |\n|---|---|---|---|"
+    return head + "\n" + "\n".join(lines)
+
+
+def plot(runs: list[dict], picked: dict, path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name in CONFIGS:
-        rs = [r for r in runs if r["config"] == name]
+    for name, rs in final_runs(runs, picked).items():
         if not rs:
             continue
-        steps = [s for s, _ in rs[0]["curve"]]
-        accs = torch.tensor([[a for _, a in r["curve"]] for r in rs])  # (seeds, evals)
-        (line,) = ax.plot(steps, accs.mean(0), label=f"{name} (n={len(rs)})")
+        steps = [c[0] for c in rs[0]["curve"]]
+        accs = torch.tensor([[c[2] for c in r["curve"]] for r in rs])  # (seeds, evals)
+        (line,) = ax.plot(steps, accs.mean(0), label=f"{name}, lr {picked[name]:g} (n={len(rs)})")
         ax.fill_between(steps, accs.min(0).values, accs.max(0).values, color=line.get_color(), alpha=0.15)
     ax.set_xlabel("optimizer step")
-    ax.set_ylabel("held-out greedy accuracy")
+    ax.set_ylabel("held-out greedy accuracy (test)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -337,77 +460,110 @@ def parse_args(argv):
     p.add_argument("--out-dir", default=str(HERE / "results"), help="where learning.{json,png,md} go")
     p.add_argument("--work-dir", default="/tmp/pacs-bench-learning", help="SFT checkpoint and trainer outputs")
     p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="the first one also picks the lr")
+    p.add_argument("--lr-grid", dest="lr_grid", nargs="+", type=float, default=[3e-5, 1e-4, 3e-4])
     p.add_argument("--hidden-size", dest="hidden_size", type=int, default=128)
     p.add_argument("--num-layers", dest="num_layers", type=int, default=2)
     p.add_argument("--sft-lr", dest="sft_lr", type=float, default=2e-3)
-    p.add_argument("--sft-target", dest="sft_target", type=float, default=0.25, help="stop SFT at this dev accuracy")
-    p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=1000)
+    p.add_argument("--sft-target", dest="sft_target", type=float, default=0.3, help="stop SFT at this dev accuracy")
+    p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=2000)
     p.add_argument("--sft-batch-size", dest="sft_batch_size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-4, help="RL learning rate, the same for every config")
-    p.add_argument("--max-steps", dest="max_steps", type=int, default=300, help="RL optimizer steps per run")
+    p.add_argument("--max-steps", dest="max_steps", type=int, default=120, help="RL optimizer steps per run")
     p.add_argument("--num-generations", dest="num_generations", type=int, default=8)
     p.add_argument("--prompts-per-step", dest="prompts_per_step", type=int, default=8)
     p.add_argument("--steps-per-generation", dest="steps_per_generation", type=int, default=4)
-    p.add_argument("--eval-every", dest="eval_every", type=int, default=10)
-    p.add_argument("--thresholds", nargs="+", type=float, default=[0.5, 0.55, 0.6])
+    p.add_argument("--eval-every", dest="eval_every", type=int, default=20)
+    p.add_argument("--thresholds", nargs="+", type=float, default=[0.4, 0.5])
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--smoke", action="store_true", help="one tiny iteration: 1 seed, 2 RL steps, 25 SFT steps")
+    p.add_argument("--smoke", action="store_true", help="one tiny iteration: 1 seed, 1 lr, 2 RL steps, 25 SFT steps")
     p.add_argument("--report-only", dest="report_only", action="store_true", help="redo table/plot from the json")
     args = p.parse_args(argv)
     if args.smoke:
-        args.seeds, args.max_steps, args.eval_every, args.steps_per_generation = [0], 2, 1, 2
+        args.seeds, args.lr_grid, args.max_steps, args.eval_every, args.steps_per_generation = [0], [1e-4], 2, 1, 2
         args.sft_max_steps, args.sft_target, args.hidden_size = 25, 1.0, 32
     return args
 
 
-def learning_markdown(raw: dict, table: str) -> str:
+def learning_markdown(raw: dict, tables: dict) -> str:
     a, sft = raw["args"], raw["sft"]
     return "\n".join(
         [
-            "# Learning: PACS vs GRPO vs RLOO on two-digit addition (CPU)",
+            "# Learning: PACS vs GRPO vs RLOO on three-digit addition with a scratchpad (CPU)",
             "",
             _common.machine_markdown(raw["info"]),
             f"- command: `python {' '.join(['benchmarks/learning.py', *raw['argv'][1:]])}`",
+            "- code: the frozen copy of commit f240b2f (`PYTHONPATH=/work/bench_src`) plus this branch's benchmarks",
             f"- model: Qwen3 hidden {a['hidden_size']}, {a['num_layers']} layers, character-level vocabulary "
             f"({sft['num_parameters'] / 1e6:.2f}M parameters), {a['threads']} torch thread(s)",
-            f"- warm start: plain SFT (AdamW lr {a['sft_lr']:g}, batch {a['sft_batch_size']}) on 2,000 problems, "
-            f"stopped at {sft['steps']} steps when dev accuracy first reached {a['sft_target']:.0%} "
+            "- task: `347+586=` -> `7+6+0=13,4+8+1=13,3+5+1=09>0933` (31 characters + eos); reward 1 when the four "
+            "digits after `>` are the sum, whatever the scratchpad says",
+            f"- warm start: plain SFT (AdamW lr {a['sft_lr']:g}, batch {a['sft_batch_size']}) on 3,000 worked "
+            f"problems, stopped at {sft['steps']} steps when dev accuracy first reached {a['sft_target']:.0%} "
             f"(dev {sft['dev_acc']:.3f}, held-out test {sft['test_acc']:.3f}); every RL run starts from it",
             f"- RL: {a['max_steps']} optimizer steps, {a['prompts_per_step']} prompts x {a['num_generations']} "
             f"completions per optimizer step, {a['steps_per_generation']} optimizer steps per generation "
-            "(gradient accumulation 1, so the later steps of each rollout are off-policy), temperature 1, "
-            f"AdamW lr {a['lr']:g} constant for every config, grad clip 1.0, beta (KL) 0, TRL defaults otherwise "
-            "(GRPO: loss_type dapo, scale_rewards group, epsilon 0.2; RLOO: epsilon 0.2)",
+            "(gradient accumulation 1, so 3 of every 4 steps are off-policy), temperature 1, AdamW constant lr, "
+            "grad clip 1.0, TRL beta (KL) 0, TRL defaults otherwise (GRPO: loss_type dapo, scale_rewards group, "
+            "epsilon 0.2; RLOO: epsilon 0.2)",
+            f"- learning rate: each config's own, picked from {a['lr_grid']} on seed {a['seeds'][0]} by validation "
+            "accuracy (200 problems, mean of the last 3 evaluations); the test set played no part",
             f"- seeds {a['seeds']}: the seed sets the prompt order (TRL's seeded RepeatSampler, identical in the "
-            "three trainers) and the sampling; the SFT checkpoint is the same for all seeds",
-            f"- evaluation: greedy exact-match accuracy on 500 held-out problems every {a['eval_every']} steps",
+            "three trainers) and the sampling; the SFT checkpoint is the same for all",
+            f"- evaluation: greedy accuracy on 500 held-out test problems every {a['eval_every']} steps (one "
+            "evaluation has a sampling std of ~0.02)",
             "",
-            table,
+            "## Learning-rate pick (validation, seed 0)",
             "",
-            "Steps to a threshold are the first evaluated step at or above it; '>=' marks configs where some seed "
-            "never reached it (those seeds count as the last step, so the mean is a lower bound).",
+            tables["grid"],
+            "",
+            "## Held-out test accuracy at the picked learning rates",
+            "",
+            tables["summary"],
+            "",
+            "Intervals are 95% t-intervals over seeds. Steps to a threshold: mean over the seeds that reached it.",
+            "",
+            "Paired by seed against GRPO (same prompt order):",
+            "",
+            tables["paired"],
+            "",
+            "## Is the critic doing anything? (PACS configs, off-policy steps only)",
+            "",
+            tables["critic"],
+            "",
+            "The critic's guess for a completion is 'right' when σ(ψ) > ½; majority-label accuracy is what guessing the "
+            "more common label would score on the same completions. |σ(ψ) − ½| is per completion, pooled over the "
+            "off-policy steps of a run, then averaged over seeds.",
             "",
             "![held-out accuracy vs step](learning.png)",
+            "",
+            "## Verdict",
+            "",
+            raw.get("verdict", "(written after the run)"),
             "",
         ]
     )
 
 
-def report(raw: dict, out_dir: Path, smoke: bool) -> str:
-    """Table to stdout; markdown + plot to out_dir (not in smoke mode)."""
+def report(raw: dict, out_dir: Path, smoke: bool) -> dict:
+    """Tables to stdout; markdown + plot to out_dir (not in smoke mode)."""
     a = raw["args"]
-    table = summary_table(raw["runs"], a["thresholds"], a["max_steps"])
-    print(table)
+    picked = pick_lrs(raw["runs"], a["seeds"][0])
+    tables = {
+        "grid": grid_table(raw["runs"], a["lr_grid"], a["seeds"][0]),
+        "summary": summary_table(raw["runs"], picked, a["thresholds"]),
+        "paired": paired_vs_grpo(raw["runs"], picked),
+        "critic": critic_table(raw["runs"], picked),
+    }
+    print("\n\n".join(tables.values()))
     if not smoke:
         title = (
-            f"2-digit addition, Qwen3 h{a['hidden_size']}x{a['num_layers']}L from SFT; G={a['num_generations']}, "
-            f"{a['prompts_per_step']} prompts/step,\n {a['steps_per_generation']} opt steps/generation, "
-            f"lr {a['lr']:g}; mean and min-max over {len(a['seeds'])} seeds"
+            f"3-digit addition with scratchpad, Qwen3 h{a['hidden_size']}x{a['num_layers']}L from SFT; "
+            f"G={a['num_generations']}, {a['prompts_per_step']} prompts/step,\n {a['steps_per_generation']} opt "
+            f"steps/generation, per-config lr; mean and min-max over {len(a['seeds'])} seeds"
         )
-        plot(raw["runs"], out_dir / "learning.png", title)
-        (out_dir / "learning.md").write_text(learning_markdown(raw, table))
-    return table
+        plot(raw["runs"], picked, out_dir / "learning.png", title)
+        (out_dir / "learning.md").write_text(learning_markdown(raw, tables))
+    return tables
 
 
 def main(argv=None) -> dict:
@@ -425,18 +581,36 @@ def main(argv=None) -> dict:
     info = _common.machine_info()
     work_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = build_char_tokenizer()
-    test, dev, sft, rl = make_problems()
+    test, val, dev, sft, rl = make_problems()
     sft_meta = sft_warm_start(args, tokenizer, sft, dev, test)
     model_path = str(work_dir / "sft")
-    train_dataset = Dataset.from_dict({"prompt": [p for p, _ in rl], "answer": [a for _, a in rl]})
+    train_dataset = Dataset.from_dict({"prompt": [p for p, _ in rl], "answer": [final_answer(a) for _, a in rl]})
 
     runs: list[dict] = []
     raw = {"info": info, "args": vars(args), "argv": sys.argv, "sft": sft_meta, "runs": runs}
-    for seed in args.seeds:  # seed-major: a partial run still covers every config
+    if raw_path.exists() and not args.smoke:  # resume: keep finished runs with the same settings
+        old = json.loads(raw_path.read_text())
+        same = {k: v for k, v in old["args"].items() if k not in ("seeds", "configs", "lr_grid", "report_only")}
+        if same == {k: v for k, v in vars(args).items() if k not in ("seeds", "configs", "lr_grid", "report_only")}:
+            runs.extend(old["runs"])
+            raw["info"] = old["info"]
+
+    def run(name, lr, seed):
+        if any(r["config"] == name and r["lr"] == lr and r["seed"] == seed for r in runs):
+            return
+        runs.append(run_one(name, lr, seed, args, model_path, tokenizer, train_dataset, val, test))
+        raw["info"]["load_average_end"] = _common.load_average()
+        raw_path.write_text(json.dumps(raw, indent=1))
+
+    # 3. lr pick on the first seed (validation accuracy), then 4. the other seeds at each config's picked lr
+    for lr in args.lr_grid:
         for name in args.configs:
-            runs.append(run_one(name, seed, args, model_path, tokenizer, train_dataset, test))
-            info["load_average_end"] = _common.load_average()
-            raw_path.write_text(json.dumps(raw, indent=1))
+            run(name, lr, args.seeds[0])
+    picked = pick_lrs(runs, args.seeds[0])
+    print(f"[rl] picked learning rates (validation, seed {args.seeds[0]}): {picked}", flush=True)
+    for seed in args.seeds[1:]:
+        for name in args.configs:
+            run(name, picked[name], seed)
     report(raw, out_dir, args.smoke)
     return raw
 

@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 
 from pacs import PACSConfig, PACSTrainer
-from pacs.data import load_benchmark, load_train_dataset
+from pacs.checks import check_model_path, check_train_dataset
+from pacs.data import PROMPT_SUFFIX, load_benchmark, load_train_dataset
 from pacs.rewards import get_reward_funcs
 
 
@@ -73,9 +74,14 @@ class ScriptArguments:
             Training set: `"math_train"` (bundled, offline), `"deepscaler"` (hub), or a local `.jsonl`, `.json` or
             `.parquet` file. Loaded with `pacs.data.load_train_dataset`.
         dataset_limit (`int`, *optional*):
-            Keep only the first `dataset_limit` problems of the training set.
+            Keep only the first `dataset_limit` problems of the training set (a log line says how many were kept of
+            how many); `0` keeps them all.
         problem_column (`str`, *optional*, defaults to `"problem"`):
-            Column holding the problem statement, for local files.
+            Column holding the problem, for local files: a plain-text statement, or a conversation (a list of
+            `{"role", "content"}` messages, passed through unchanged).
+        prompt_suffix (`str`, *optional*, defaults to the paper's instruction `pacs.data.PROMPT_SUFFIX`):
+            Appended to every plain-text problem; `""` appends nothing, any other string replaces it. Conversational
+            problems are never changed.
         answer_column (`str`, *optional*, defaults to `"answer"`):
             Column holding the gold final answer, for local files.
         reward_funcs (`list[str]`, *optional*, defaults to `["math"]`):
@@ -106,10 +112,16 @@ class ScriptArguments:
         },
     )
     dataset_limit: int | None = field(
-        default=None, metadata={"help": "Keep only the first `dataset_limit` problems of the training set."}
+        default=None,
+        metadata={"help": "Keep only the first `dataset_limit` problems of the training set; `0` keeps them all."},
     )
     problem_column: str = field(
-        default="problem", metadata={"help": "Column holding the problem statement, for local files."}
+        default="problem",
+        metadata={"help": "Column holding the problem (text, or a list of role/content messages), for local files."},
+    )
+    prompt_suffix: str = field(
+        default=PROMPT_SUFFIX,
+        metadata={"help": "Appended to every plain-text problem (the paper's instruction); `''` for none."},
     )
     answer_column: str = field(
         default="answer", metadata={"help": "Column holding the gold final answer, for local files."}
@@ -176,9 +188,30 @@ def check_world_size(script_args: ScriptArguments, training_args: GRPOConfig) ->
     )
 
 
+def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
+    """The training set (`--dataset_name`) and the evaluation set (`--eval_benchmark`, when `eval_strategy` is on)."""
+    train_dataset = load_train_dataset(
+        script_args.dataset_name,
+        problem_column=script_args.problem_column,
+        answer_column=script_args.answer_column,
+        limit=script_args.dataset_limit or None,
+        prompt_suffix=script_args.prompt_suffix,
+    )
+    eval_dataset = None
+    if training_args.eval_strategy != "no":
+        if script_args.eval_benchmark is None:
+            raise ValueError(
+                f"eval_strategy is {training_args.eval_strategy!r} but there is nothing to evaluate on: pass "
+                "--eval_benchmark math500 (or aime24, aime25, amc23), or --eval_strategy no."
+            )
+        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.eval_limit)
+    return train_dataset, eval_dataset
+
+
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
     if model_args.model_name_or_path is None:
         raise ValueError("No model given: pass --model_name_or_path <hub id or local directory>.")
+    check_model_path(model_args.model_name_or_path)
 
     # 1. The model is loaded by the trainer from its id or path, so that ZeRO-3 can shard it while it loads.
     model_init_kwargs = {
@@ -191,21 +224,13 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
 
     # 2. Data and rewards: the prompts are conversational and the gold answers sit in the `solution` column,
     # which TRL hands to every reward function as a keyword argument.
-    train_dataset = load_train_dataset(
-        script_args.dataset_name,
-        problem_column=script_args.problem_column,
-        answer_column=script_args.answer_column,
-        limit=script_args.dataset_limit,
-    )
+    train_dataset, eval_dataset = load_datasets(script_args, training_args)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
-    eval_dataset = None
-    if training_args.eval_strategy != "no":
-        if script_args.eval_benchmark is None:
-            raise ValueError(
-                f"eval_strategy is {training_args.eval_strategy!r} but there is nothing to evaluate on: pass "
-                "--eval_benchmark math500 (or aime24, aime25, amc23), or --eval_strategy no."
-            )
-        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.eval_limit)
+    # before the model loads, for either algorithm: a missing column or an empty set is an error that names the fix
+    for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
+        check_train_dataset(
+            dataset, reward_funcs, name=name, remove_unused_columns=training_args.remove_unused_columns
+        )
 
     # 3. The trainer: PACS, or the GRPO baseline on identical arguments.
     check_world_size(script_args, training_args)

@@ -6,6 +6,7 @@ The real runs (minutes to tens of minutes) are not part of CI; see benchmarks/RE
 """
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -39,18 +40,55 @@ def test_learning_smoke(tmp_path):
     raw = learning.main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
     assert {r["config"] for r in raw["runs"]} == set(learning.CONFIGS)
     for r in raw["runs"]:
-        steps = [s for s, _ in r["curve"]]
+        steps = [c[0] for c in r["curve"]]
         assert steps[0] == 0 and steps[-1] == 2  # evaluated before training and at the last step
-        assert all(0.0 <= a <= 1.0 for _, a in r["curve"])
+        assert all(0.0 <= c[1] <= 1.0 and 0.0 <= c[2] <= 1.0 for c in r["curve"])  # validation, test
+        assert 0.0 <= r["clip_fraction"] <= 1.0
+        assert (r["critic"] is not None) == r["config"].startswith("PACS")  # PACS: the off-policy step's critic
     assert (tmp_path / "learning_smoke.json").exists()
 
 
 def test_learning_task_pieces():
     learning = _load("learning")
-    test, dev, sft, rl = learning.make_problems()
-    assert len(test) == len(dev) == 500 and len(sft) + len(rl) == 9000
-    assert not {p for p, _ in test} & {p for p, _ in rl}  # held-out prompts never trained on
+    test, val, dev, sft, rl = learning.make_problems()
+    assert (len(test), len(val), len(dev)) == (500, 200, 200)
+    prompts = [{p for p, _ in split} for split in (test, val, dev, sft, rl)]
+    assert sum(map(len, prompts)) == len(set().union(*prompts))  # disjoint: held-out prompts never trained on
+    assert learning.scratchpad(347, 586) == "7+6+0=13,4+8+1=13,3+5+1=09>0933"
+    for prompt, worked in test[:50]:
+        a, b = map(int, prompt[:-1].split("+"))
+        assert int(learning.final_answer(worked)) == a + b
     tok = learning.build_char_tokenizer()
-    ids = tok("07+45=052" + tok.eos_token).input_ids
-    assert len(ids) == 10 and tok.decode(ids, skip_special_tokens=True) == "07+45=052"
-    assert learning.exact_match_reward(["052", "52", " 052"], ["052"] * 3) == [1.0, 0.0, 1.0]
+    text = test[0][0] + test[0][1] + tok.eos_token
+    ids = tok(text).input_ids
+    assert len(ids) == 8 + learning.COMPLETION_TOKENS and tok.decode(ids, skip_special_tokens=True) == text[:-10]
+    assert learning.answer_reward(["1+2+0=03>0933", "0933", ">933"], ["0933"] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_critic_summary_and_clip_fraction():
+    import _common
+
+    records = [  # step 0 generated (psi == 0); steps 1 and 2 are off-policy with k = 4
+        {"step": 0, "probs": [0.5, 0.5], "labels": [1.0, 0.0]},
+        {"step": 1, "probs": [0.7, 0.4], "labels": [1.0, 0.0]},
+        {"step": 2, "probs": [0.45, 0.6], "labels": [1.0, 1.0]},
+    ]
+    c = _common.critic_summary(records, steps_per_generation=4)
+    assert c["off_policy_steps"] == 2 and c["completions"] == 4
+    assert c["critic_accuracy_off_policy"] == 0.75 and c["majority_label_accuracy"] == 0.75
+    assert abs(c["abs_sigma_psi_minus_half_mean"] - (0.2 + 0.1 + 0.05 + 0.1) / 4) < 1e-9
+    assert _common.critic_summary(records[:1], steps_per_generation=4) is None
+    log = [{"grad_norm": 0.5}, {"grad_norm": 1.5}, {"loss": 0.1}, {"grad_norm": 2.0}]
+    assert _common.clip_fraction(log, 1.0) == 2 / 3
+
+
+def test_smollm_compare_smoke(tmp_path):
+    compare = _load("smollm_compare")
+    raw = compare.main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    assert [r["algorithm"] for r in raw["runs"]] == ["pacs", "grpo", "rloo"]
+    assert len({json.dumps(r["before"]["per_problem"]) for r in raw["runs"]}) == 1  # measured once, shared
+    for r in raw["runs"]:
+        assert r["after"]["n"] == 6 and r["change"]["n"] == 6
+        assert 0.0 <= r["clip_fraction"] <= 1.0
+    assert raw["runs"][0]["critic"]["off_policy_steps"] == 1 and raw["runs"][1]["critic"] is None
+    assert (tmp_path / "smollm_compare_smoke.json").exists()

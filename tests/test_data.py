@@ -1,6 +1,7 @@
 """Tests for `pacs.data`: the bundled benchmarks, the paper's prompt, and loading training sets from files."""
 
 import json
+import logging
 
 import pytest
 
@@ -84,3 +85,79 @@ def test_hub_dataset_offline_error_points_to_bundled_set():
     # conftest sets HF_HUB_OFFLINE / HF_DATASETS_OFFLINE: the hub is unreachable, the error says what to do instead
     with pytest.raises(RuntimeError, match="DeepScaleR-Preview-Dataset.*'math_train'"):
         load_train_dataset("deepscaler")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Users' own files: conversations, the instruction suffix, limits
+# ---------------------------------------------------------------------------------------------------------------------
+
+CONVERSATION = [
+    {"role": "system", "content": "You are a careful mathematician."},
+    {"role": "user", "content": "What is 2 + 2?"},
+]
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("problem_column", [None, "prompt"])
+def test_conversational_prompts_pass_through(tmp_path, problem_column):
+    # TRL's own format: a `prompt` column holding messages; used by default when there is no `problem` column
+    path = _write_jsonl(tmp_path / "chat.jsonl", [{"prompt": CONVERSATION, "answer": "4"}] * 2)
+    kwargs = {"problem_column": problem_column} if problem_column else {}
+    ds = load_train_dataset(path, **kwargs)
+    assert ds[0]["prompt"] == CONVERSATION  # system message kept, no suffix, not a repr of the list
+    assert ds[0]["problem"] == "What is 2 + 2?" and ds[0]["solution"] == "4"
+
+
+def test_conversation_in_a_custom_column_from_parquet(tmp_path):
+    from datasets import Dataset
+
+    path = tmp_path / "chat.parquet"
+    Dataset.from_list([{"messages": CONVERSATION, "final": "4"}]).to_parquet(str(path))
+    ds = load_train_dataset(str(path), problem_column="messages", answer_column="final")
+    assert ds[0]["prompt"] == CONVERSATION
+
+
+def test_malformed_conversation_is_named(tmp_path):
+    path = _write_jsonl(tmp_path / "bad.jsonl", [{"problem": [{"text": "hi"}], "answer": "1"}])
+    with pytest.raises(ValueError, match=r"row 0: column 'problem'.*role.*content.*problem_column="):
+        load_train_dataset(path)
+
+
+def test_prompt_suffix_can_be_turned_off_or_replaced(tmp_path):
+    path = _write_jsonl(tmp_path / "t.jsonl", [{"problem": "What is 1 + 1?", "answer": "2"}])
+    assert load_train_dataset(path)[0]["prompt"][0]["content"] == "What is 1 + 1?" + PROMPT_SUFFIX
+    for off in (None, ""):
+        assert load_train_dataset(path, prompt_suffix=off)[0]["prompt"] == [
+            {"role": "user", "content": "What is 1 + 1?"}
+        ]
+    mine = " Answer with a number in \\boxed{}."
+    assert load_train_dataset(path, prompt_suffix=mine)[0]["prompt"][0]["content"] == "What is 1 + 1?" + mine
+    assert make_prompt("x", suffix=None) == [{"role": "user", "content": "x"}]
+    # a conversation never gets the suffix, whatever it is
+    chat = _write_jsonl(tmp_path / "c.jsonl", [{"prompt": CONVERSATION, "answer": "4"}])
+    assert load_train_dataset(chat, prompt_suffix=mine)[0]["prompt"] == CONVERSATION
+
+
+def test_a_limit_that_cuts_is_logged(tmp_path, caplog):
+    path = _write_jsonl(tmp_path / "mine.jsonl", [{"problem": f"{i} + 1?", "answer": str(i + 1)} for i in range(20)])
+    with caplog.at_level(logging.INFO, logger="pacs.data"):
+        assert len(load_train_dataset(path, limit=16)) == 16
+    assert "kept the first 16 of 20 problems" in caplog.text and "mine.jsonl" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pacs.data"):
+        assert len(load_train_dataset(path, limit=50)) == 20  # nothing cut: nothing logged
+        assert len(load_benchmark("aime24", limit=2)) == 2
+    assert "mine.jsonl: kept" not in caplog.text
+    assert "aime24: kept the first 2 of 30 problems" in caplog.text
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+def test_limit_must_be_positive(limit):
+    with pytest.raises(ValueError, match="limit must be a positive number"):
+        load_train_dataset("math_train", limit=limit)
+    with pytest.raises(ValueError, match="limit must be a positive number"):
+        load_benchmark("aime24", limit=limit)

@@ -5,6 +5,7 @@ import itertools
 import json
 import math
 import os
+import re
 
 import pytest
 
@@ -160,3 +161,91 @@ def test_pacs_console_script_has_eval():
     args = cli.build_parser().parse_args(["eval", "--model", "m", "--output-dir", "o"])
     assert args.n == 32 and args.temperature == 0.6 and args.top_p == 0.95 and args.max_new_tokens == 4096
     assert args.func.__name__ == "run_eval"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Users' own files and mistakes: caught before a model loads, output directory untouched
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_pacs_eval_reads_a_file_with_other_column_names(tiny_model_dir, tmp_path, one_torch_thread):
+    path = tmp_path / "mine.jsonl"
+    path.write_text(
+        "".join(json.dumps({"question": f"What is {i} + {i}?", "final": str(2 * i)}) + "\n" for i in range(3))
+    )
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", tiny_model_dir, "--benchmarks", str(path), "--problem-column", "question"]
+    argv += ["--answer-column", "final", "--n", "1", "--limit", "2", "--max-new-tokens", "4", "--temperature", "0"]
+    assert _run_cli([*argv, "--output-dir", str(out), "--no-progress"]) == 0
+    metrics = json.load(open(out / "eval_metrics.json"))
+    assert list(metrics) == ["mine"] and metrics["mine"]["num_problems"] == 2
+    assert [r["solution"] for r in _read_rollouts(out / "eval_rollouts.jsonl")] == ["0", "2"]
+
+
+def test_unknown_benchmark_mentions_files(tmp_path, caplog):
+    with pytest.raises(
+        ValueError, match=r"Unknown benchmark 'gsm8k'.*math500.*no file .*gsm8k.*\.jsonl, \.json or \.parquet"
+    ):
+        evaluate("some/model", ["gsm8k"], output_dir=tmp_path / "out")
+    assert (
+        _run_cli(["eval", "--model", "some/model", "--benchmarks", "my_set.jsonl", "--output-dir", str(tmp_path)]) == 2
+    )
+    assert "--problem-column" in caplog.text and "my_set.jsonl" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--batch-size", "0", r"batch_size \(--batch-size\) must be at least 1"),
+        ("--temperature", "-0.1", r"temperature \(--temperature\) must be >= 0"),
+        ("--limit", "0", r"limit \(--limit\) must be at least 1"),
+        ("--n", "0", r"n \(--n\) must be at least 1"),
+        ("--max-new-tokens", "0", r"max_new_tokens \(--max-new-tokens\) must be at least 1"),
+        ("--top-p", "0", r"top_p \(--top-p\) must be in \(0, 1\]"),
+    ],
+)
+def test_pacs_eval_rejects_bad_settings(tmp_path, caplog, flag, value, message):
+    out = tmp_path / "out"
+    assert _run_cli(["eval", "--model", "some/model", "--output-dir", str(out), flag, value]) == 2
+    assert re.search(message, caplog.text)
+    assert not out.exists()
+
+
+def test_missing_model_writes_nothing(tiny_model_dir, tmp_path, caplog):
+    out = tmp_path / "eval"
+    argv = ["eval", "--benchmarks", "aime24", "--n", "1", "--limit", "1", "--output-dir", str(out)]
+    for model in (str(tmp_path / "no-such-checkpoint"), "./runs/typo", "a/b/c"):
+        assert _run_cli([*argv, "--model", model]) == 2
+        assert "No such model directory or hub id" in caplog.text and model in caplog.text
+        assert "Repo id must be" not in caplog.text
+        assert not out.exists()
+    # a directory that exists but holds no model: transformers' error, and still nothing written
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert _run_cli([*argv, "--model", str(empty)]) == 2
+    assert not out.exists()
+    # an earlier evaluation survives a failed --overwrite run, so the corrected rerun still finds it
+    out.mkdir()
+    (out / "eval_metrics.json").write_text("{}")
+    assert _run_cli([*argv, "--model", str(empty), "--overwrite"]) == 2
+    assert (out / "eval_metrics.json").read_text() == "{}" and sorted(os.listdir(out)) == ["eval_metrics.json"]
+
+
+def test_no_chat_template_error_writes_nothing(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template = None
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with pytest.raises(ValueError, match="--no-chat-template"):
+        evaluate(model, ["aime24"], tokenizer=tokenizer, n=1, limit=1, output_dir=tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_column_flags_default():
+    from pacs.eval.cli import add_parser
+
+    parser = argparse.ArgumentParser(prog="pacs")
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["eval", "--model", "m", "--output-dir", "o"])
+    assert (args.problem_column, args.answer_column) == ("problem", "answer")

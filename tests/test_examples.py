@@ -167,6 +167,51 @@ def test_script_requires_a_model_and_an_eval_benchmark(train_qwen, tiny_model_di
         train_qwen.main(no_benchmark, args, model_args)
 
 
+def test_script_rejects_a_missing_model_directory(train_qwen, tmp_path):
+    script_args, args, model_args = parse_recipe(train_qwen, TINY_RECIPE)
+    for path in (str(tmp_path / "no-such-model"), "./outputs/typo"):
+        model_args.model_name_or_path = path
+        with pytest.raises(ValueError, match=r"No such model directory or hub id: .*Qwen/Qwen3-4B-Base"):
+            train_qwen.main(script_args, args, model_args)
+
+
+def test_script_checks_the_rewards_against_the_data_before_loading_the_model(train_qwen, tmp_path, monkeypatch):
+    # a user's reward from a dotted path that needs an `answer` column the training set does not have
+    (tmp_path / "my_rewards.py").write_text(
+        "def answer_reward(completions, answer, **kwargs):\n    return [0.0] * len(completions)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    script_args, args, model_args = parse_recipe(
+        train_qwen, TINY_RECIPE, "--reward_funcs", "my_rewards.answer_reward", "--eval_strategy", "no"
+    )
+    model_args.model_name_or_path = "Qwen/Qwen3-4B-Base"  # never loaded: the check comes first, offline
+    with pytest.raises(ValueError, match=r"answer_reward needs the keyword `answer`.*rename_column"):
+        train_qwen.main(script_args, args, model_args)
+
+
+def test_script_loads_users_files_as_they_expect(train_qwen, tmp_path, caplog):
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps({"prompt": chat, "answer": "4"}) + "\n" for _ in range(20)))
+    # the tiny recipe's dataset_limit (16) cuts the user's file: logged with both counts
+    script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, "--dataset_name", str(path))
+    with caplog.at_level(logging.INFO, logger="pacs.data"):
+        train, _ = train_qwen.load_datasets(script_args, args)
+    assert len(train) == 16 and "kept the first 16 of 20 problems" in caplog.text
+    assert train[0]["prompt"] == chat  # a conversation passes through, system message kept
+    # --dataset_limit 0 keeps everything; --prompt_suffix "" drops the instruction from plain-text problems
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"question": "What is 1 + 1?", "final": "2"}) + "\n")
+    overrides = ["--dataset_name", str(plain), "--problem_column", "question", "--answer_column", "final"]
+    script_args, args, _ = parse_recipe(
+        train_qwen, TINY_RECIPE, *overrides, "--prompt_suffix", "", "--dataset_limit", "0"
+    )
+    train, _ = train_qwen.load_datasets(script_args, args)
+    assert train[0]["prompt"] == [{"role": "user", "content": "What is 1 + 1?"}]
+    script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, *overrides)
+    assert train_qwen.load_datasets(script_args, args)[0][0]["prompt"][0]["content"].endswith("\\boxed{}.")
+
+
 @pytest.mark.parametrize("name", ["ddp", "zero2", "zero3", "zero3_multinode", "zero3_hostfile"])
 def test_accelerate_configs(name):
     from accelerate.commands.config.config_args import load_config_from_file

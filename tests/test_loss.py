@@ -11,9 +11,12 @@ from pacs.loss import (
     REWARD_PROXIES,
     SCORES,
     compute_class_weight,
+    compute_class_weights,
     compute_reward_proxy,
     compute_score,
+    pacs_coefficients,
     pacs_loss,
+    pacs_loss_from_rewards,
 )
 
 
@@ -202,6 +205,104 @@ def test_bad_shapes_raise():
         pacs_loss(logps, old, mask, labels, 3)
     with pytest.raises(ValueError, match="labels must have shape"):
         pacs_loss(logps, old, mask, labels[:4], 4)
+
+
+SCORE_WEIGHT = list(itertools.product(SCORES, CLASS_WEIGHTS))
+
+
+@pytest.mark.parametrize("score,class_weight", SCORE_WEIGHT)
+@pytest.mark.parametrize("case", ["hard", "soft_with_weights", "invalid_rows", "on_policy"])
+def test_coefficients_match_autograd_through_the_loss(score, class_weight, case):
+    gen = torch.Generator().manual_seed(7)
+    B, G = 12, 4
+    rewards = torch.randn(B, generator=gen, dtype=torch.float64)
+    labels = torch.tensor([1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 1], dtype=torch.float64)
+    sample_weight = valid = None
+    if case == "soft_with_weights":
+        labels = torch.rand(B, generator=gen, dtype=torch.float64)
+        sample_weight = torch.rand(B, generator=gen, dtype=torch.float64) + 0.5
+        sample_weight[3] = 0.0  # unscorable: out of the class counts, still in the statistics
+    if case == "invalid_rows":
+        valid = torch.ones(B, dtype=torch.bool)
+        valid[[1, 6, 7, 8]] = False  # group 1 keeps 2 valid rows, group 2 keeps 3
+        valid[4] = False  # group 1 now has a single valid row: no loss
+    if case == "on_policy":
+        rewards = torch.zeros(B, dtype=torch.float64)
+    leaf = rewards.clone().requires_grad_(True)
+    loss, _ = pacs_loss_from_rewards(leaf, labels, G, score, class_weight, sample_weight, valid)
+    (expected,) = torch.autograd.grad(loss, leaf)
+    coef, loss_c, _ = pacs_coefficients(rewards, labels, G, score, class_weight, sample_weight, valid)
+    torch.testing.assert_close(coef, expected, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(loss_c, loss.detach())
+    # a different normalizer (rows of the optimizer step over all processes) rescales both
+    coef2, loss2, _ = pacs_coefficients(rewards, labels, G, score, class_weight, sample_weight, valid, normalizer=3 * B)
+    torch.testing.assert_close(coef2, expected / 3, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(loss2, loss.detach() / 3)
+
+
+def test_coefficients_split_rows_give_the_whole_group_gradient():
+    # sum_i c_i grad r_i over any split of the rows == grad of the whole-group loss
+    logps, old, mask, labels = _batch(B=8, G=4)
+    full = logps.clone().requires_grad_(True)
+    pacs_loss(full, old, mask, labels, 4, beta=2.0)[0].backward()
+    r = compute_reward_proxy(logps, old, mask, beta=2.0)
+    coef, _, _ = pacs_coefficients(r, labels, 4)
+    grads = []
+    for rows in ([0, 5], [1, 2, 3], [4, 6, 7]):  # micro-batches that cut both groups
+        part = logps[rows].clone().requires_grad_(True)
+        (coef[rows] * compute_reward_proxy(part, old[rows], mask[rows], beta=2.0)).sum().backward()
+        grads.append((rows, part.grad))
+    split = torch.zeros_like(logps)
+    for rows, g in grads:
+        split[rows] = g
+    torch.testing.assert_close(split, full.grad)
+
+
+def test_soft_labels_are_balanced():
+    # labels [0.1, 0, 0, 0]: k = 0.1 of n = 4; both halves must carry n/2 = 2
+    labels = torch.tensor([0.1, 0.0, 0.0, 0.0])
+    pos, neg = compute_class_weights(labels, 4, "balanced")
+    assert (pos * labels).sum().item() == pytest.approx(2.0)
+    assert (neg * (1 - labels)).sum().item() == pytest.approx(2.0)
+    # hard labels: identical to the per-row rule
+    hard = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    pos, neg = compute_class_weights(hard, 4, "balanced")
+    assert (hard * pos + (1 - hard) * neg).tolist() == pytest.approx([2.0, 2 / 3, 2 / 3, 2 / 3])
+    # the loss weighs the two halves of a soft row separately
+    psi = torch.tensor([0.3, -0.2, 0.1, 0.4], dtype=torch.float64)
+    loss, _ = pacs_loss_from_rewards(psi * 0, labels.double(), 4, "naive")
+    assert loss.item() == pytest.approx(math.log(2) * (2.0 + 2.0) / 4)
+
+
+def test_emptied_rows_leave_the_group_statistics():
+    # row 3's mask is empty (truncated + masked): r = 0 by construction, not a sample; leave it out of the mean
+    logps = torch.tensor([[-1.0], [-2.0], [-3.0], [-9.0]], dtype=torch.float64)
+    old = torch.zeros_like(logps)
+    mask = torch.tensor([[1.0], [1.0], [1.0], [0.0]], dtype=torch.float64)
+    labels = torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    _, stats = pacs_loss(logps, old, mask, labels, 4)
+    assert stats["psi"].tolist() == pytest.approx([-1 - (-5 / 2), -2 - (-4 / 2), -3 - (-3 / 2), 0.0])
+    assert stats["weights"][3].item() == 0.0
+    # a group left with a single valid row contributes no loss at all
+    mask1 = torch.tensor([[1.0], [0.0], [0.0], [0.0]], dtype=torch.float64)
+    x = logps.clone().requires_grad_(True)
+    loss, _ = pacs_loss(x, old, mask1, labels, 4)
+    loss.backward()
+    assert loss.item() == 0.0 and x.grad.abs().sum().item() == 0.0
+
+
+def test_reward_proxy_sums_in_float32_from_bf16():
+    gen = torch.Generator().manual_seed(0)
+    T = 4096
+    old = -torch.rand(1, T, generator=gen, dtype=torch.float64) * 3
+    new = old + 1e-3 * torch.randn(1, T, generator=gen, dtype=torch.float64)
+    r = compute_reward_proxy(new.to(torch.bfloat16), old.to(torch.bfloat16), torch.ones(1, T))
+    assert r.dtype == torch.float32
+    # the bf16 inputs themselves are rounded (~3 significant digits); summing in bf16 is far worse
+    in_bf16 = ((new.to(torch.bfloat16) - old.to(torch.bfloat16)) * torch.ones(1, T, dtype=torch.bfloat16)).sum()
+    ref = (new.to(torch.bfloat16).double() - old.to(torch.bfloat16).double()).sum().item()
+    assert r.item() == pytest.approx(ref, rel=1e-5)
+    assert abs(in_bf16.item() - ref) > 10 * abs(r.item() - ref)
 
 
 def test_docstring_examples_run():

@@ -2,6 +2,7 @@
 the model learns, LoRA, evaluation, KL, two CPU processes and DeepSpeed ZeRO-3."""
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -174,17 +175,72 @@ def test_lora_changes_only_adapter_weights(tiny_model_dir, tmp_path):
     assert any(not torch.equal(before[n], after[n].detach()) for n in lora)
 
 
-def test_evaluate_logs_pacs_metrics(tiny_model_dir, tmp_path):
-    args = config(tmp_path, per_device_eval_batch_size=4, eval_strategy="no")
+@pytest.mark.parametrize("num_generations_eval,eval_batch", [(None, 4), (1, 3), (3, 6)])
+def test_evaluate_needs_no_whole_groups(tiny_model_dir, tmp_path, num_generations_eval, eval_batch):
+    # Evaluation makes no update, so psi == 0 and the loss is log 2 by construction: any eval batch, G_eval = 1 too,
+    # and no critic metrics (they would carry no information), only the label mean.
+    args = config(
+        tmp_path, per_device_eval_batch_size=eval_batch, num_generations_eval=num_generations_eval, eval_strategy="no"
+    )
     trainer = PACSTrainer(
         model=tiny_model_dir,
         reward_funcs=parity_reward,
         args=args,
         train_dataset=prompts(),
-        eval_dataset=prompts(2),
+        eval_dataset=prompts(3),
     )
     metrics = trainer.evaluate()
-    assert "eval_pacs/loss" in metrics and "eval_pacs/critic_accuracy" in metrics
+    assert metrics["eval_loss"] == pytest.approx(math.log(2), rel=1e-5)
+    assert 0.0 <= metrics["eval_pacs/label_mean"] <= 1.0
+    assert "eval_pacs/critic_accuracy" not in metrics and "eval_pacs/psi_std" not in metrics
+    assert "eval_reward" in metrics and "eval_entropy" in metrics
+
+
+def test_evaluate_rejects_an_eval_batch_trl_cannot_group(tiny_model_dir, tmp_path):
+    args = config(tmp_path, per_device_eval_batch_size=5, num_generations_eval=3, eval_strategy="no")
+    trainer = PACSTrainer(
+        model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts(), eval_dataset=prompts(3)
+    )
+    with pytest.raises(ValueError, match=r"per_device_eval_batch_size in \[3, 6, 9\]"):
+        trainer.evaluate()
+
+
+def test_entropy_bonus_is_added_to_the_pacs_loss(tiny_model_dir, tmp_path):
+    # TRL's static entropy bonus: loss = PACS - coef * mean token entropy (per micro-batch, / grad accumulation)
+    recorded = {}
+    args = config(tmp_path, entropy_coef=0.5, max_steps=1, gradient_accumulation_steps=2, steps_per_generation=2)
+    trainer = PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    compute = trainer._compute_loss
+
+    def spy(model, inputs):
+        loss = compute(model, inputs)
+        recorded.setdefault("losses", []).append(loss.item())
+        return loss
+
+    trainer._compute_loss = spy
+    trainer.train()
+    log = next(e for e in trainer.state.log_history if "loss" in e)
+    assert log["entropy_coef"] == 0.5 and "policy_loss" in log
+    # the returned loss is (pacs - 0.5 * entropy) / 2 per micro-batch
+    expected = (log["policy_loss"] - 0.5 * log["entropy"]) / 2
+    assert sum(recorded["losses"]) / 2 == pytest.approx(expected, rel=1e-3)
+
+
+def test_adaptive_entropy_bonus_updates_its_coefficient(tiny_model_dir, tmp_path):
+    args = config(
+        tmp_path,
+        use_adaptive_entropy=True,
+        entropy_coef=0.1,
+        entropy_target=100.0,  # always above: the coefficient grows every optimizer step
+        entropy_coef_delta=0.05,
+        max_steps=2,
+        steps_per_generation=2,
+    )
+    trainer = PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    trainer.train()
+    assert trainer.entropy_coef == pytest.approx(0.2)
+    coefs = [e["entropy_coef"] for e in trainer.state.log_history if "entropy_coef" in e]
+    assert coefs == pytest.approx([0.15, 0.2])
 
 
 def test_kl_term_with_reference_model(tiny_model_dir, tmp_path):

@@ -1,20 +1,27 @@
-"""`PACSConfig`: TRL's `GRPOConfig` plus the four settings of the PACS objective."""
+"""`PACSConfig`: TRL's `GRPOConfig` plus the settings of the PACS objective and of its labels."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .labels import label_transforms
 from .loss import CLASS_WEIGHTS, REWARD_PROXIES, SCORES
 
 
 logger = logging.getLogger(__name__)
 
-# GRPOConfig settings that only shape GRPO's clipped surrogate loss or its advantages. PACSTrainer replaces that loss,
-# so these have no effect; a user who changed one is warned rather than silently ignored.
+# Optimizer steps per generation when neither `steps_per_generation` nor `generation_batch_size` is given: the
+# paper's 1024 prompts per rollout in mini-batches of 256.
+DEFAULT_OPTIMIZER_STEPS_PER_GENERATION = 4
+
+# GRPOConfig settings that only shape GRPO's clipped surrogate loss or the advantages it is fed. PACSTrainer replaces
+# that loss and uses the rewards as labels, so these have no effect; a user who changed one is warned rather than
+# silently ignored. (The entropy bonus, `entropy_coef` and `use_adaptive_entropy`, is added to the PACS loss as in GRPO.)
 GRPO_ONLY_LOSS_SETTINGS = (
     "loss_type",
     "epsilon",
@@ -25,8 +32,6 @@ GRPO_ONLY_LOSS_SETTINGS = (
     "multi_objective_aggregation",
     "top_entropy_quantile",
     "off_policy_mask_threshold",
-    "entropy_coef",
-    "use_adaptive_entropy",
     "sapo_temperature_neg",
     "sapo_temperature_pos",
     "vespo_k_pos",
@@ -36,34 +41,36 @@ GRPO_ONLY_LOSS_SETTINGS = (
 )
 
 
-def _multiples(n: int, limit: int = 3) -> str:
-    return " or ".join(str(n * k) for k in range(1, limit + 1))
-
-
 @dataclass
 class PACSConfig(GRPOConfig):
     r"""
     Configuration class for the [`PACSTrainer`].
 
     Everything of [`~trl.GRPOConfig`] keeps its meaning (generation, vLLM, batch arithmetic, logging, reward
-    functions and `reward_weights`, `mask_truncated_completions`, TRL's KL term). PACS replaces GRPO's clipped
-    surrogate loss by a supervised one: each completion's label is its verifiable reward $R_i \in [0, 1]$ (the
-    `reward_weights`-weighted sum of the reward functions) and its logit is the group-relative score $\psi_i$ of the
-    reward proxy $r_i = \beta \sum_t (\log \pi_\theta - \log \pi_{old})$. Hence:
+    functions and `reward_weights`, `mask_truncated_completions`, TRL's KL term, the entropy bonus), with one changed
+    default. PACS replaces GRPO's clipped surrogate loss by a supervised one: each completion's label is its reward
+    $R_i \in [0, 1]$ (the `reward_weights`-weighted sum of the reward functions, each mapped to [0, 1] by
+    `pacs_label_transform`) and its logit is the group-relative score $\psi_i$ of the reward proxy
+    $r_i = \beta \sum_t (\log \pi_\theta - \log \pi_{old})$. Hence:
 
     - **`pacs_beta` is not TRL's `beta`.** `pacs_beta` scales the reward proxy (the paper's $\beta$, 1 or 2);
       TRL's `beta` stays the coefficient of the KL penalty to a reference model (default 0.0, as in the paper).
-    - Every micro-batch must hold whole groups, so `per_device_train_batch_size` (and the eval batch) must be a
-      multiple of `num_generations`.
+    - **Several optimizer steps per generation by default.** With one optimizer step per generation every step is
+      on-policy, $\psi \equiv 0$ and the update is exactly (class-weighted) RLOO's. So when neither
+      `steps_per_generation` nor `generation_batch_size` is given, `steps_per_generation` defaults to
+      `4 * gradient_accumulation_steps` (TRL counts it in micro-batches): 4 optimizer steps per generation, as in the
+      paper, instead of GRPOConfig's `gradient_accumulation_steps`. A setting that leaves every step on-policy
+      (`gradient_accumulation_steps % (steps_per_generation * num_iterations) == 0`) logs a warning.
+    - Every optimizer step must hold whole groups: `world_size * per_device_train_batch_size *
+      gradient_accumulation_steps` must be a multiple of `num_generations` (a group may span micro-batches and
+      processes).
     - GRPO-only loss settings are ignored (`loss_type`, `epsilon`, `epsilon_high`, `delta`, `scale_rewards`,
       `importance_sampling_level`, `multi_objective_aggregation`, `top_entropy_quantile`,
-      `off_policy_mask_threshold`, `entropy_coef`, `use_adaptive_entropy`, `sapo_*`, `vespo_*`); changing one logs a
-      warning.
-    - PACS takes several optimizer steps per generation to use its off-policy terms: set `steps_per_generation` to
-      a multiple of `gradient_accumulation_steps` (or `num_iterations > 1`). With one optimizer step per generation,
-      $\psi \equiv 0$ and the update is exactly RLOO's.
+      `off_policy_mask_threshold`, `sapo_*`, `vespo_*`); changing one logs a warning.
     - With vLLM's importance-sampling correction the weight is applied per completion, so
       `vllm_importance_sampling_mode` must be `"sequence_mask"` (the default) or `"sequence_truncate"`.
+    - `use_liger_kernel=True` only swaps in Liger's layer kernels (TRL 1.15+ has no fused GRPO loss), so the PACS
+      loss still runs and it is allowed.
 
     Parameters:
         pacs_beta (`float`, *optional*, defaults to `1.0`):
@@ -75,10 +82,27 @@ class PACSConfig(GRPOConfig):
         pacs_score (`str`, *optional*, defaults to `"rloo"`):
             How the reward proxy becomes the critic's logit $\psi_i$ within a group: `"rloo"` (minus the mean of the
             other completions), `"grpo"` (standardised by the group mean and unbiased std), or `"naive"`
-            ($\psi_i = r_i$).
+            ($\psi_i = r_i$). With `"grpo"`, near $r \approx 0$ (the first steps after a generation) $\psi$ is
+            standardised noise and its gradient can be ~1e5 times RLOO's; keep gradient clipping (`max_grad_norm`)
+            on, a warning is logged otherwise.
         pacs_class_weight (`str` or `None`, *optional*, defaults to `"balanced"`):
             Weight of each completion's BCE term: `"balanced"` (per group, positives and negatives weigh the same
             in total), `"positive_only"`, `"negative_only"`, or `"none"` / `None` (all 1).
+        pacs_label_transform (`str` or `list[str]`, *optional*, defaults to `"none"`):
+            How each reward function's score becomes a label in [0, 1], applied per function before the
+            `reward_weights`-weighted sum: `"none"` (the score must already lie in [0, 1]: verifiers, 0/1 rewards),
+            `"sigmoid"` ($\sigma((s - b) / \tau)$ with $b$ = `pacs_label_offset`, $\tau$ = `pacs_label_temperature`:
+            learned reward models, e.g. Bradley-Terry ones) or `"clip"` (clamped to [0, 1]). One name applies to
+            every reward function; a list gives one per function, in the order of `reward_funcs`.
+        pacs_label_temperature (`float`, *optional*, defaults to `1.0`):
+            Temperature $\tau$ of the `"sigmoid"` label transform; must be > 0.
+        pacs_label_offset (`float`, *optional*, defaults to `0.0`):
+            Baseline $b$ of the `"sigmoid"` label transform: a score of $b$ becomes the label 0.5.
+        steps_per_generation (`int`, *optional*):
+            TRL's setting, counted in micro-batches: a generation feeds
+            `steps_per_generation / gradient_accumulation_steps * num_iterations` optimizer steps. If neither it nor
+            `generation_batch_size` is given, PACS sets it to `4 * gradient_accumulation_steps` (4 optimizer steps
+            per generation, the paper's setting), where GRPOConfig would set `gradient_accumulation_steps`.
     """
 
     pacs_beta: float = field(
@@ -101,7 +125,9 @@ class PACSConfig(GRPOConfig):
         metadata={
             "help": "How the reward proxy becomes the critic's logit psi_i within a group: 'rloo' (minus the mean of "
             "the other completions), 'grpo' (standardised by the group mean and unbiased std), or 'naive' "
-            "(psi_i = r_i).",
+            "(psi_i = r_i). With 'grpo', near r = 0 (the first steps after a generation) psi is standardised noise "
+            "and its gradient can be ~1e5 times RLOO's: keep gradient clipping (max_grad_norm) on; a warning is "
+            "logged otherwise.",
             "choices": list(SCORES),
         },
     )
@@ -112,13 +138,56 @@ class PACSConfig(GRPOConfig):
             "same in total), 'positive_only', 'negative_only', or 'none' (all 1)."
         },
     )
+    pacs_label_transform: str | list[str] = field(
+        default="none",
+        metadata={
+            "help": "How each reward function's score becomes a label in [0, 1], applied per function before the "
+            "reward_weights-weighted sum: 'none' (the score must already lie in [0, 1]: verifiers, 0/1 rewards), "
+            "'sigmoid' (sigmoid((s - pacs_label_offset) / pacs_label_temperature): learned reward models, e.g. "
+            "Bradley-Terry ones) or 'clip' (clamped to [0, 1]). One name applies to every reward function; a list "
+            "gives one per function, in the order of reward_funcs."
+        },
+    )
+    pacs_label_temperature: float = field(
+        default=1.0,
+        metadata={"help": "Temperature tau of the 'sigmoid' label transform; must be > 0."},
+    )
+    pacs_label_offset: float = field(
+        default=0.0,
+        metadata={"help": "Baseline b of the 'sigmoid' label transform: a score of b becomes the label 0.5."},
+    )
+    steps_per_generation: int | None = field(
+        default=None,
+        metadata={
+            "help": "Number of micro-batches per generation: a generation feeds steps_per_generation / "
+            "gradient_accumulation_steps * num_iterations optimizer steps. If neither it nor generation_batch_size "
+            "is given, PACS sets it to 4 * gradient_accumulation_steps (4 optimizer steps per generation, the "
+            "paper's setting); GRPOConfig would set gradient_accumulation_steps, which makes every step on-policy "
+            "and PACS reduce to RLOO."
+        },
+    )
 
     def __post_init__(self):
         if isinstance(self.pacs_class_weight, str) and self.pacs_class_weight.lower() in ("none", "null", ""):
             self.pacs_class_weight = None
+        if self.pacs_label_transform is None:  # the command line's default for a list-typed field
+            self.pacs_label_transform = "none"
+        elif not isinstance(self.pacs_label_transform, str) and len(self.pacs_label_transform) == 1:
+            self.pacs_label_transform = self.pacs_label_transform[0]  # the command line gives a list
         self._validate_pacs()
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = DEFAULT_OPTIMIZER_STEPS_PER_GENERATION * self.gradient_accumulation_steps
         super().__post_init__()
+        self._validate_step_batch()
+        self._warn_on_policy()
         self._warn_ignored_grpo_settings()
+        if self.pacs_score == "grpo" and (self.max_grad_norm is None or self.max_grad_norm <= 0):
+            logger.warning(
+                "pacs_score='grpo' without gradient clipping (max_grad_norm=%s): right after a generation the reward "
+                "proxy is ~0 and the standardised score psi is noise whose gradient can be ~1e5 times RLOO's. Set "
+                "max_grad_norm=1.0 (the default), or use pacs_score='rloo'.",
+                self.max_grad_norm,
+            )
 
     def _validate_pacs(self) -> None:
         for name, value, choices in (
@@ -129,6 +198,15 @@ class PACSConfig(GRPOConfig):
             if value not in choices:
                 valid = ", ".join(repr("none" if c is None else c) for c in choices)
                 raise ValueError(f"Unknown {name} {value!r}; use one of {valid}.")
+        transform = self.pacs_label_transform
+        label_transforms(transform, 1 if isinstance(transform, str) else len(transform))  # names; counts: trainer
+        if not (self.pacs_label_temperature > 0 and math.isfinite(self.pacs_label_temperature)):
+            raise ValueError(
+                f"pacs_label_temperature must be a finite number > 0 (it divides the score in the 'sigmoid' label "
+                f"transform), got {self.pacs_label_temperature}; use 1.0 for a Bradley-Terry reward model's own scale."
+            )
+        if not math.isfinite(self.pacs_label_offset):
+            raise ValueError(f"pacs_label_offset must be a finite number, got {self.pacs_label_offset}.")
         if not self.pacs_beta > 0:
             raise ValueError(
                 f"pacs_beta must be > 0 (it scales the implicit critic's logit), got {self.pacs_beta}; the paper "
@@ -140,24 +218,16 @@ class PACSConfig(GRPOConfig):
                 f"pacs_score={self.pacs_score!r} compares the completions of a prompt with each other and needs "
                 f"num_generations >= 2, got {G}; use num_generations=8 as in the paper."
             )
-        if G is not None and self.per_device_train_batch_size % G != 0:
-            raise ValueError(
-                f"per_device_train_batch_size ({self.per_device_train_batch_size}) must be a multiple of "
-                f"num_generations ({G}) so that each completion group lands whole in one micro-batch; use "
-                f"{_multiples(G)}."
-            )
-        G_eval = self.num_generations_eval or G
-        if G_eval is not None and self.per_device_eval_batch_size % G_eval != 0:
-            raise ValueError(
-                f"per_device_eval_batch_size ({self.per_device_eval_batch_size}) must be a multiple of the number of "
-                f"generations used for evaluation ({G_eval}) so that each completion group lands whole in one "
-                f"evaluation batch; use {_multiples(G_eval)}."
-            )
         if self.use_liger_kernel:
-            raise ValueError(
-                "use_liger_kernel=True swaps in Liger's fused GRPO loss, which is not the PACS objective; set "
-                "use_liger_kernel=False."
-            )
+            from trl import GRPOTrainer
+
+            # TRL 1.15-1.x applies Liger's layer kernels only; earlier releases routed compute_loss through
+            # Liger's fused GRPO loss, which would bypass the PACS loss entirely.
+            if hasattr(GRPOTrainer, "compute_liger_loss"):
+                raise ValueError(
+                    "use_liger_kernel=True makes this TRL's GRPOTrainer compute Liger's fused GRPO loss instead of "
+                    "calling _compute_loss, so the PACS loss would never run; set use_liger_kernel=False."
+                )
         if (
             self.use_vllm
             and self.vllm_importance_sampling_correction
@@ -167,6 +237,38 @@ class PACSConfig(GRPOConfig):
                 f"vllm_importance_sampling_mode={self.vllm_importance_sampling_mode!r} weights tokens, but the PACS loss "
                 "is one term per completion; use 'sequence_mask' (the default) or 'sequence_truncate', or set "
                 "vllm_importance_sampling_correction=False."
+            )
+
+    def _validate_step_batch(self) -> None:
+        # Each optimizer step must see whole groups, so that the gradient of every group is complete at the step; a
+        # group may still span micro-batches and processes.
+        G, W = self.num_generations, self.world_size
+        per_step = W * self.per_device_train_batch_size * self.gradient_accumulation_steps
+        if G is None or per_step % G == 0:
+            return
+        ga = G // math.gcd(G, W * self.per_device_train_batch_size)  # smallest gradient_accumulation_steps that works
+        unit = G // math.gcd(G, W * self.gradient_accumulation_steps)
+        bs = unit * -(-self.per_device_train_batch_size // unit)  # next per_device_train_batch_size that works
+        raise ValueError(
+            f"An optimizer step holds world_size x per_device_train_batch_size x gradient_accumulation_steps = {W} x "
+            f"{self.per_device_train_batch_size} x {self.gradient_accumulation_steps} = {per_step} completions, not a "
+            f"multiple of num_generations ({G}), so a completion group would straddle two optimizer steps; use "
+            f"gradient_accumulation_steps={ga} (or a multiple), or per_device_train_batch_size={bs}."
+        )
+
+    def _warn_on_policy(self) -> None:
+        generate_every = self.steps_per_generation * self.num_iterations  # micro-batches per generation (TRL's test)
+        if self.gradient_accumulation_steps % generate_every == 0:
+            logger.warning(
+                "Every optimizer step is on-policy (gradient_accumulation_steps=%d, steps_per_generation=%d, "
+                "num_iterations=%d): psi == 0 and the update is class-weighted RLOO, not PACS. Set "
+                "steps_per_generation to k * gradient_accumulation_steps with k >= 2 (k optimizer steps per "
+                "generation), e.g. %d as in the paper (the default when neither steps_per_generation nor "
+                "generation_batch_size is given), or num_iterations > 1.",
+                self.gradient_accumulation_steps,
+                self.steps_per_generation,
+                self.num_iterations,
+                DEFAULT_OPTIMIZER_STEPS_PER_GENERATION * self.gradient_accumulation_steps,
             )
 
     def _warn_ignored_grpo_settings(self) -> None:
@@ -180,3 +282,6 @@ class PACSConfig(GRPOConfig):
             logger.warning(
                 "PACSTrainer replaces GRPO's loss, so these GRPO-only settings have no effect: %s.", ", ".join(changed)
             )
+
+
+__all__ = ["DEFAULT_OPTIMIZER_STEPS_PER_GENERATION", "GRPO_ONLY_LOSS_SETTINGS", "PACSConfig"]

@@ -1,7 +1,10 @@
 """Benchmark and training sets as `datasets.Dataset`s in TRL's conversational format, with the paper's prompt.
 
-Every row has `prompt` (one user turn: the problem followed by the paper's instruction), `solution` (the gold final
-answer, a LaTeX string for `pacs.rewards.math_reward`), `id` and `problem`.
+Every row has `prompt` (one user turn: the problem followed by the paper's instruction, `PROMPT_SUFFIX`), `solution`
+(the gold final answer, a LaTeX string for `pacs.rewards.math_reward`), `id` and `problem`. A training file whose
+problem column already holds a conversation (a list of `{"role", "content"}` messages) keeps it as the prompt,
+unchanged; `load_train_dataset(..., prompt_suffix=None)` turns the instruction off for plain-text problems, any other
+string replaces it.
 
 >>> from pacs.data import load_benchmark
 >>> ds = load_benchmark("aime24", limit=2)
@@ -66,13 +69,46 @@ TRAIN_DATASETS: dict[str, dict[str, Any]] = {
 """Training sets by short name: `deepscaler` (the paper's, from the hub) and bundled ones for offline runs."""
 
 
-def make_prompt(problem: str) -> list[dict[str, str]]:
+def make_prompt(problem: str, suffix: str | None = PROMPT_SUFFIX) -> list[dict[str, str]]:
     """The paper's prompt for `problem`: one user turn, as a TRL conversational prompt.
+
+    Args:
+        problem (`str`):
+            The problem statement.
+        suffix (`str` or `None`, *optional*, defaults to `PROMPT_SUFFIX`):
+            Appended to the problem; `None` or `""` for none.
 
     >>> make_prompt("What is 1+1?")
     [{'role': 'user', 'content': 'What is 1+1? Please reason step by step, and put your final answer within \\\\boxed{}.'}]
+    >>> make_prompt("What is 1+1?", suffix=None)
+    [{'role': 'user', 'content': 'What is 1+1?'}]
     """
-    return [{"role": "user", "content": f"{problem}{PROMPT_SUFFIX}"}]
+    return [{"role": "user", "content": f"{problem}{suffix or ''}"}]
+
+
+def _as_conversation(value: Any, source: str, column: str, index: int) -> list[dict[str, Any]] | None:
+    """`value` as a list of `{"role", "content"}` messages if it is one, `None` if it is plain text; else an error."""
+    if isinstance(value, str) or value is None:
+        return None
+    if isinstance(value, dict) and "role" in value:
+        value = [value]
+    messages = list(value) if isinstance(value, (list, tuple)) else None
+    if not messages or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+        raise ValueError(
+            f"{source}, row {index}: column {column!r} holds {str(value)[:200]!r}, neither a string nor a list of "
+            '{"role": ..., "content": ...} messages. Give each row a problem statement or a conversation, or name '
+            "another column with problem_column=... (--problem-column)."
+        )
+    return [dict(m) for m in messages]
+
+
+def _problem_text(messages: list[dict[str, Any]]) -> str:
+    """The last user turn's text (the problem, for the `problem` column of a conversational row)."""
+    user = [m for m in messages if m.get("role") == "user"] or messages
+    content = user[-1]["content"]
+    if isinstance(content, list):  # content blocks: [{"type": "text", "text": ...}, ...]
+        content = " ".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return str(content)
 
 
 def _read_json_rows(path: Path) -> list[dict]:
@@ -102,28 +138,47 @@ def _read_json_rows(path: Path) -> list[dict]:
     return data
 
 
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive number of problems, or None for all of them; got {limit!r}.")
+
+
 def _to_pacs_format(
-    dataset: Dataset, source: str, problem_column: str, answer_column: str, id_column: str, limit: int | None
+    dataset: Dataset,
+    source: str,
+    problem_column: str,
+    answer_column: str,
+    id_column: str,
+    limit: int | None,
+    prompt_suffix: str | None = PROMPT_SUFFIX,
 ) -> Dataset:
     """Select the first `limit` rows and map them to `id`, `problem`, `prompt`, `solution`."""
+    if problem_column == "problem" and "problem" not in dataset.column_names and "prompt" in dataset.column_names:
+        problem_column = "prompt"  # TRL's own format: a `prompt` column (text or conversation)
     for column, flag in ((problem_column, "problem_column"), (answer_column, "answer_column")):
         if column not in dataset.column_names:
             raise ValueError(
                 f"{source} has no column {column!r} (its columns are {dataset.column_names}); "
                 f"pass {flag}=... (--{flag.replace('_', '-')} on the command line) to name the right one."
             )
-    if limit is not None:
-        dataset = dataset.select(range(min(limit, len(dataset))))
+    if limit is not None and limit < len(dataset):
+        logger.info("%s: kept the first %d of %d problems (limit=%d)", source, limit, len(dataset), limit)
+        dataset = dataset.select(range(limit))
     has_id = id_column in dataset.column_names
     stem = Path(str(source)).stem if os.path.exists(str(source)) else str(source).split("/")[-1]
 
     def convert(row, idx):
-        problem = str(row[problem_column])
         answer = row[answer_column]
+        messages = _as_conversation(row[problem_column], source, problem_column, idx)
+        if messages is None:  # plain text: the paper's prompt
+            problem = "" if row[problem_column] is None else str(row[problem_column])
+            prompt = make_prompt(problem, prompt_suffix)
+        else:  # already a conversation: passed through as it is, system turns included
+            problem, prompt = _problem_text(messages), messages
         return {
             "id": str(row[id_column]) if has_id else f"{stem}-{idx}",
             "problem": problem,
-            "prompt": make_prompt(problem),
+            "prompt": prompt,
             "solution": "" if answer is None else str(answer),
         }
 
@@ -161,6 +216,7 @@ def load_benchmark(name: str, limit: int | None = None) -> Dataset:
             f"Unknown benchmark {name!r}; valid names are {sorted(BENCHMARKS)}. For another test set, load it with "
             "`load_train_dataset(path_or_hub_id, split=...)` and pass it to `pacs.eval.evaluate(datasets={...})`."
         )
+    _check_limit(limit)
     info = BENCHMARKS[key]
     return _to_pacs_format(_load_bundled(info["file"]), key, "problem", "answer", "id", limit)
 
@@ -172,6 +228,7 @@ def load_train_dataset(
     limit: int | None = None,
     split: str = "train",
     id_column: str = "id",
+    prompt_suffix: str | None = PROMPT_SUFFIX,
 ) -> Dataset:
     """Load a training set: a short name, a local file, or a hub dataset id.
 
@@ -181,7 +238,9 @@ def load_train_dataset(
             for offline runs (`"math_train"`: MATH train, 7,474 problems; `"aime_1983_2023"`; or a benchmark name), a
             local `.jsonl`, `.json` or `.parquet` file, or any hub dataset id.
         problem_column (`str`, *optional*, defaults to `"problem"`):
-            Column holding the problem statement.
+            Column holding the problem: a plain-text statement, or a conversation (a list of `{"role", "content"}`
+            messages, e.g. TRL's `prompt` column). When the default `"problem"` is absent and a `prompt` column exists,
+            that one is used.
         answer_column (`str`, *optional*, defaults to `"answer"`):
             Column holding the gold final answer (not a worked solution).
         limit (`int` or `None`, *optional*, defaults to `None`):
@@ -190,11 +249,22 @@ def load_train_dataset(
             Split to load from a hub dataset.
         id_column (`str`, *optional*, defaults to `"id"`):
             Column holding a row id; rows are numbered when it is missing.
+        prompt_suffix (`str` or `None`, *optional*, defaults to `PROMPT_SUFFIX`):
+            Appended to every plain-text problem to make the user turn (the paper's instruction by default); `None`
+            or `""` adds nothing, any other string replaces it. Conversational problems are never changed: they pass
+            through as they are, system messages included.
 
     Returns:
-        `datasets.Dataset` with columns `id`, `problem`, `prompt`, `solution`.
+        `datasets.Dataset` with columns `id`, `problem` (the statement; for a conversation its last user turn),
+        `prompt` (conversational) and `solution`.
+
+    >>> ds = load_train_dataset("math_train", limit=1, prompt_suffix=None)
+    >>> ds[0]["prompt"][0]["content"] == ds[0]["problem"]
+    True
     """
     from datasets import Dataset
+
+    _check_limit(limit)
 
     name = str(name_or_path)
     key = name.lower().replace("-", "_")
@@ -227,4 +297,4 @@ def load_train_dataset(
                 "'math_train' set or a local .jsonl/.json/.parquet file instead."
             ) from e
         source = hub_id
-    return _to_pacs_format(dataset, source, problem_column, answer_column, id_column, limit)
+    return _to_pacs_format(dataset, source, problem_column, answer_column, id_column, limit, prompt_suffix)

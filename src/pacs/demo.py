@@ -4,14 +4,18 @@
     pacs demo                                # seed 0, writes outputs/demo/{demo.png,demo_metrics.json}
     pacs demo --seed 1 --output-dir outputs/demo-seed1
     pacs demo --model Qwen/Qwen3-0.6B --max-steps 60   # any hub id or local folder instead of the default
+    pacs demo --algorithm grpo                # the same run with TRL's GRPOTrainer (or rloo), for comparison
 
 Steps: (1) convert the GGUF model once to a local HF folder (see `pacs.models`); (2) draw training and held-out
 arithmetic problems from two seeds (see `pacs.tasks`); (3) greedy accuracy on the held-out set with
 `pacs.eval.evaluate`, counting an answer only when it is boxed and right (`pacs.rewards.boxed_math_reward`, the
 training reward);
-(4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, several per generation so that PACS's off-policy
-terms are used; (5) held-out accuracy again; (6) a table on stdout, `demo_metrics.json` and
-`demo.png` (reward per step, implicit-critic accuracy, accuracy before/after with 95% Wilson intervals).
+(4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, four per generation so that PACS's off-policy
+terms are used; (5) held-out accuracy again, on the same problems; (6) a table on stdout, `demo_metrics.json` and
+`demo.png` (reward per step, implicit-critic accuracy, accuracy before/after with 95% Wilson intervals). The change
+comes with a paired 95% interval (same problems before and after), which is what says whether the gain is real.
+
+`benchmarks/smollm_compare.py` runs this pipeline for PACS, GRPO and RLOO on several seeds (`train_and_evaluate`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # the held-out set's seed: far from any training seed a user would pick
+ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}
+# Chosen from a profile on 2 CPU cores (benchmarks/results/demo.md): a training step costs ~12 s (forward+backward
+# of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
+# sampling cost per step against 2 and make 3 of every 4 steps off-policy.
+DEFAULTS = {"max_steps": 32, "steps_per_generation": 4, "num_eval": 200}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -59,13 +68,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=0,
         help="Seeds the training problems, sampling and LoRA init; the held-out set uses a derived seed.",
     )
-    parser.add_argument("--max-steps", type=int, default=24, help="Optimizer steps.")
+    parser.add_argument(
+        "--algorithm",
+        choices=list(ALGORITHMS),
+        default="pacs",
+        help="Trainer: PACSTrainer, or TRL's GRPOTrainer / RLOOTrainer with the same settings (beta 0).",
+    )
+    parser.add_argument("--max-steps", type=int, default=DEFAULTS["max_steps"], help="Optimizer steps.")
     parser.add_argument("--num-generations", type=int, default=4, help="Completions per prompt (G).")
     parser.add_argument("--prompts-per-step", type=int, default=2, help="Prompts per optimizer step.")
     parser.add_argument(
         "--steps-per-generation",
         type=int,
-        default=2,
+        default=DEFAULTS["steps_per_generation"],
         help="Optimizer steps per generation round (k); k > 1 exercises PACS's off-policy terms.",
     )
     parser.add_argument("--learning-rate", type=float, default=5e-4, help="AdamW learning rate of the LoRA weights.")
@@ -80,7 +95,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--max-completion-length", type=int, default=32, help="Max new tokens, in training and evaluation."
     )
     parser.add_argument("--num-train", type=int, default=512, help="Training problems drawn from --seed.")
-    parser.add_argument("--num-eval", type=int, default=100, help="Held-out problems drawn from the derived seed.")
+    parser.add_argument(
+        "--num-eval", type=int, default=DEFAULTS["num_eval"], help="Held-out problems drawn from the derived seed."
+    )
     parser.add_argument(
         "--eval-batch-size", type=int, default=50, help="Prompts per greedy generation batch in evaluation."
     )
@@ -110,49 +127,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, center - half), min(1.0, center + half)
 
 
-def held_out_accuracy(model, tokenizer, dataset, output_dir: Path, max_new_tokens: int, batch_size: int) -> dict:
-    """Greedy accuracy of `model` on `dataset` with `pacs.eval.evaluate` (one sample per problem, temperature 0).
-
-    The rollouts (completion, extracted answer, correct) stay in `output_dir/eval_rollouts.jsonl` for inspection.
-
-    Returns:
-        `dict` with `accuracy`, `n`, `correct`, `ci95` (Wilson), `boxed` (fraction of completions with a
-        `\\boxed{}`), and `samples` (the first few completions).
-    """
-    from .eval import evaluate
-    from .rewards import extract_answer
-
-    evaluate(
-        model,
-        datasets={"arithmetic": dataset},
-        tokenizer=tokenizer,
-        n=1,
-        temperature=0.0,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        output_dir=output_dir,
-        overwrite=True,
-        backend="transformers",
-        plot=False,
-    )
-    with open(output_dir / "eval_rollouts.jsonl", encoding="utf-8") as f:
-        rollouts = [json.loads(line) for line in f]
-    n = len(rollouts)
-    # the training reward's rule (boxed_math_reward): right *and* boxed, so dropping the box cannot look like progress
-    correct = sum(bool(r["correct"]) and extract_answer(r["completion"]) is not None for r in rollouts)
-    low, high = wilson_interval(correct, n)
-    keep = ("problem_id", "completion", "extracted_answer", "solution", "correct")
-    return {
-        "accuracy": correct / n,
-        "n": n,
-        "correct": correct,
-        "ci95": [low, high],
-        "boxed": sum("\\boxed" in r["completion"] for r in rollouts) / n,
-        "samples": [{k: r[k] for k in keep} for r in rollouts[:8]],
-    }
-
-
-def _progress_callback(max_steps: int):
+def _progress_callback(max_steps: int, name: str = "PACSTrainer"):
     """A `TrainerCallback` with a tqdm bar over optimizer steps (rate + ETA) showing the latest reward and critic accuracy."""
     from tqdm.auto import tqdm
     from transformers import TrainerCallback
@@ -163,7 +138,7 @@ def _progress_callback(max_steps: int):
             self.postfix = {}
 
         def on_train_begin(self, args, state, control, **kwargs):
-            self.bar = tqdm(total=max_steps, desc="PACS training", unit="step")
+            self.bar = tqdm(total=max_steps, desc=f"{name} training", unit="step")
 
         def on_step_end(self, args, state, control, **kwargs):
             self.bar.update(state.global_step - self.bar.n)
@@ -235,7 +210,8 @@ def plot(metrics: dict, path: str | os.PathLike) -> None:
     axes[2].set_ylim(0, 1)
     axes[2].set_title(f"held-out accuracy, n={after['n']} (95% CI)", fontsize=10)
     fig.suptitle(
-        f"pacs demo: {metrics['model_name']}, seed {metrics['seed']}, {metrics['max_steps']} steps, {metrics['wall_time_s'] / 60:.1f} min",
+        f"pacs demo: {metrics['model_name']}, {ALGORITHMS[metrics.get('algorithm', 'pacs')]}, seed {metrics['seed']}, "
+        f"{metrics['max_steps']} steps, {metrics['wall_time_s'] / 60:.1f} min",
         fontsize=11,
     )
     fig.tight_layout()
@@ -247,7 +223,8 @@ def format_table(metrics: dict) -> str:
     """The summary printed at the end of the demo."""
     before, after = metrics["before"], metrics["after"]
     lines = [
-        f"pacs demo  model={metrics['model_name']}  seed={metrics['seed']}  steps={metrics['max_steps']}  "
+        f"pacs demo  model={metrics['model_name']}  algorithm={metrics.get('algorithm', 'pacs')}  "
+        f"seed={metrics['seed']}  steps={metrics['max_steps']}  "
         f"wall={metrics['wall_time_s'] / 60:.1f} min",
         "",
         f"{'held-out accuracy':<20}{'acc':>8}{'95% CI':>18}{'correct/n':>12}{'boxed':>8}",
@@ -255,7 +232,11 @@ def format_table(metrics: dict) -> str:
     for name, r in (("before", before), ("after", after)):
         ci = f"[{r['ci95'][0]:.1%}, {r['ci95'][1]:.1%}]"
         lines.append(f"{name:<20}{r['accuracy']:>8.1%}{ci:>18}{r['correct']:>7}/{r['n']:<4}{r['boxed']:>8.0%}")
-    lines.append(f"{'change':<20}{after['accuracy'] - before['accuracy']:>+8.1%}")
+    change = metrics.get("change") or paired_change(before, after)
+    ci = f"[{change['ci95'][0]:+.1%}, {change['ci95'][1]:+.1%}]"
+    lines.append(
+        f"{'change':<20}{change['change']:>+8.1%}{ci:>18}   paired: {change['fixed']} fixed, {change['broken']} broken"
+    )
     # Rewards come from the step that generated; the critic's accuracy from the off-policy steps that reuse it.
     lines += ["", f"{'step':>6}{'reward':>9}{'critic acc':>12}"]
     reward = {int(step): value for step, value in metrics["per_step"]["reward"]}
@@ -266,66 +247,135 @@ def format_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the demo end to end; returns the process exit code."""
-    start = time.perf_counter()
-    output_dir = Path(args.output_dir)
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not args.overwrite:
-        logger.error("%s is not empty; pick another --output-dir or pass --overwrite.", output_dir)
-        return 1
-    output_dir.mkdir(parents=True, exist_ok=True)
+def paired_change(before: dict, after: dict, z: float = 1.96) -> dict:
+    """After minus before accuracy on the same problems, with a 95% interval that uses the pairing.
 
+    Each problem is a pair (right before?, right after?); only the discordant ones move the difference:
+    `fixed` (wrong -> right) and `broken` (right -> wrong). The interval is the Wald interval of a paired
+    difference, (fixed - broken) / n +- z * sqrt(fixed + broken - (fixed - broken)^2 / n) / n, much narrower than
+    two overlapping Wilson intervals when most problems keep their outcome.
+
+    >>> r = paired_change({"per_problem": [0, 0, 1, 1]}, {"per_problem": [1, 0, 1, 0]})
+    >>> r["fixed"], r["broken"], r["change"]
+    (1, 1, 0.0)
+    """
+    pairs = list(zip(before["per_problem"], after["per_problem"]))
+    n = len(pairs)
+    fixed = sum(1 for b, a in pairs if a and not b)
+    broken = sum(1 for b, a in pairs if b and not a)
+    diff = (fixed - broken) / n if n else 0.0
+    half = z * math.sqrt(max(fixed + broken - n * diff**2, 0.0)) / n if n else 1.0
+    return {"change": diff, "ci95": [diff - half, diff + half], "fixed": fixed, "broken": broken, "n": n}
+
+
+def held_out_accuracy(model, tokenizer, dataset, output_dir: Path, max_new_tokens: int, batch_size: int) -> dict:
+    """Greedy accuracy of `model` on `dataset` with `pacs.eval.evaluate` (one sample per problem, temperature 0).
+
+    The rollouts (completion, extracted answer, correct) stay in `output_dir/eval_rollouts.jsonl` for inspection.
+
+    Returns:
+        `dict` with `accuracy`, `n`, `correct`, `ci95` (Wilson), `boxed` (fraction of completions with a
+        `\\boxed{}`), `per_problem` (0/1 per problem, in dataset order), `seconds` and `cpu_seconds` (process CPU
+        time), and `samples` (the first few completions).
+    """
+    from .eval import evaluate
+    from .rewards import extract_answer
+
+    start, cpu_start = time.perf_counter(), time.process_time()
+    evaluate(
+        model,
+        datasets={"arithmetic": dataset},
+        tokenizer=tokenizer,
+        n=1,
+        temperature=0.0,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        output_dir=output_dir,
+        overwrite=True,
+        backend="transformers",
+        plot=False,
+    )
+    with open(output_dir / "eval_rollouts.jsonl", encoding="utf-8") as f:
+        rollouts = [json.loads(line) for line in f]
+    order = {problem_id: i for i, problem_id in enumerate(dataset["id"])}
+    rollouts.sort(key=lambda r: order.get(r["problem_id"], len(order)))
+    n = len(rollouts)
+    # the training reward's rule (boxed_math_reward): right *and* boxed, so dropping the box cannot look like progress
+    per_problem = [int(bool(r["correct"]) and extract_answer(r["completion"]) is not None) for r in rollouts]
+    correct = sum(per_problem)
+    low, high = wilson_interval(correct, n)
+    keep = ("problem_id", "completion", "extracted_answer", "solution", "correct")
+    return {
+        "accuracy": correct / n,
+        "n": n,
+        "correct": correct,
+        "ci95": [low, high],
+        "boxed": sum("\\boxed" in r["completion"] for r in rollouts) / n,
+        "per_problem": per_problem,
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - cpu_start,
+        "samples": [{k: r[k] for k in keep} for r in rollouts[:8]],
+    }
+
+
+def load_model(args: argparse.Namespace):
+    """(model_path, tokenizer, model, conversion_seconds): the converted GGUF by default, else whatever --model names.
+
+    `conversion_seconds` is the one-off cost of converting the GGUF (0 when the cached folder is reused).
+    """
     import torch
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, set_seed
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from . import PACSConfig, PACSTrainer
     from .models import resolve_model
-    from .rewards import boxed_math_reward
-    from .tasks import make_arithmetic_dataset
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    set_seed(args.seed)
-
-    # 1. Model: the converted GGUF by default, else whatever --model names.
+    start = time.perf_counter()
     model_path = resolve_model(args.model, cache_dir=args.cache_dir)
+    resolve_seconds = time.perf_counter() - start
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return model_path, tokenizer, model, resolve_seconds
 
-    # 2. Problems: training set from --seed, held-out set from a derived seed.
-    eval_seed = args.seed + EVAL_SEED_OFFSET
+
+def make_datasets(args: argparse.Namespace):
+    """(train, held-out): training problems from --seed, held-out problems from a derived seed."""
+    from .tasks import make_arithmetic_dataset
+
     train_dataset = make_arithmetic_dataset(args.num_train, seed=args.seed)
-    eval_dataset = make_arithmetic_dataset(args.num_eval, seed=eval_seed)
+    eval_dataset = make_arithmetic_dataset(args.num_eval, seed=args.seed + EVAL_SEED_OFFSET)
+    return train_dataset, eval_dataset
 
-    # 3. Accuracy before training.
-    before = held_out_accuracy(
-        model, tokenizer, eval_dataset, output_dir / "eval_before", args.max_completion_length, args.eval_batch_size
-    )
-    logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
 
-    # 4. PACS + LoRA. One micro-batch = `prompts_per_step` whole groups = one optimizer step; a generation round
-    #    samples `steps_per_generation` micro-batches, so all but the first step of a round are off-policy (psi != 0).
-    G = args.num_generations
-    config = PACSConfig(
-        output_dir=str(output_dir / "trainer"),
+def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "pacs", **overrides):
+    """The `PACSConfig` / `GRPOConfig` / `RLOOConfig` of the demo: every setting shared, only the algorithm differs.
+
+    One micro-batch = `prompts_per_step` whole groups = one optimizer step; a generation round samples
+    `steps_per_generation` micro-batches, so all but the first step of a round are off-policy (psi != 0 for PACS;
+    GRPO and RLOO clip their importance ratios there). TRL's KL penalty is off (beta 0) for all three; GRPO and RLOO
+    keep TRL's other defaults (GRPO: loss_type "dapo", scale_rewards "group", epsilon 0.2).
+    """
+    import torch
+
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"Unknown algorithm {algorithm!r}; choose from {list(ALGORITHMS)}.")
+    kwargs = dict(
+        output_dir=output_dir,
         max_steps=args.max_steps,
-        per_device_train_batch_size=args.prompts_per_step * G,
+        per_device_train_batch_size=args.prompts_per_step * args.num_generations,
         gradient_accumulation_steps=1,
         steps_per_generation=args.steps_per_generation,
-        num_generations=G,
+        num_generations=args.num_generations,
         max_completion_length=args.max_completion_length,
         temperature=args.temperature,
         learning_rate=args.learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        pacs_beta=args.pacs_beta,
+        beta=0.0,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        disable_tqdm=True,  # the demo's own bar below, without the log dicts that TRL's bar prints
+        disable_tqdm=True,  # the demo's own bar, without the log dicts that TRL's bar prints
         gradient_checkpointing=False,  # memory is no issue at this size; recomputing only costs time
         seed=args.seed,
         data_seed=args.seed,
@@ -333,6 +383,78 @@ def run(args: argparse.Namespace) -> int:
         bf16=False,
         dataloader_num_workers=0,
     )
+    kwargs.update(overrides)
+    if algorithm == "pacs":
+        from . import PACSConfig
+
+        return PACSConfig(**kwargs, pacs_beta=args.pacs_beta)
+    from trl import GRPOConfig, RLOOConfig
+
+    return (GRPOConfig if algorithm == "grpo" else RLOOConfig)(**kwargs)
+
+
+def train_and_evaluate(
+    args: argparse.Namespace,
+    algorithm: str = "pacs",
+    before: dict | None = None,
+    trainer_cls=None,
+    progress: bool = True,
+) -> dict:
+    """Steps 1-5 of the demo for one algorithm: load, evaluate (unless `before` is given), train with LoRA, evaluate.
+
+    Args:
+        args (`argparse.Namespace`):
+            The demo's settings (see `pacs demo --help`); `args.output_dir` must exist.
+        algorithm (`str`, *optional*, defaults to `"pacs"`):
+            One of `ALGORITHMS`.
+        before (`dict`, *optional*):
+            A `held_out_accuracy` result of the untrained model on the same held-out set, to skip re-measuring it
+            (greedy decoding of the same model on the same problems gives the same answers).
+        trainer_cls (`type`, *optional*):
+            A subclass of the algorithm's trainer to use instead of it (the benchmarks record extra statistics).
+        progress (`bool`, *optional*, defaults to `True`):
+            Show a progress bar over optimizer steps.
+
+    Returns:
+        `dict`, the content of `demo_metrics.json` (without the plot).
+    """
+    import torch
+    from peft import LoraConfig
+    from transformers import PrinterCallback, set_seed
+
+    from .rewards import boxed_math_reward
+
+    start, cpu_start = time.perf_counter(), time.process_time()
+    output_dir = Path(args.output_dir)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    set_seed(args.seed)
+
+    # 1. Model.
+    model_path, tokenizer, model, resolve_seconds = load_model(args)
+    # 2. Problems.
+    train_dataset, eval_dataset = make_datasets(args)
+    # 3. Accuracy before training.
+    if before is None:
+        before = held_out_accuracy(
+            model,
+            tokenizer,
+            eval_dataset,
+            output_dir / "eval_before",
+            args.max_completion_length,
+            args.eval_batch_size,
+        )
+    logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
+
+    # 4. LoRA training with the chosen algorithm; everything else identical (see `trainer_config`).
+    config = trainer_config(args, str(output_dir / "trainer"), algorithm)
+    if trainer_cls is None:
+        if algorithm == "pacs":
+            from . import PACSTrainer as trainer_cls
+        elif algorithm == "grpo":
+            from trl import GRPOTrainer as trainer_cls
+        else:
+            from trl import RLOOTrainer as trainer_cls
     peft_config = LoraConfig(
         r=args.lora_r,
         lora_alpha=2 * args.lora_r,
@@ -340,19 +462,19 @@ def run(args: argparse.Namespace) -> int:
         target_modules="all-linear",
         task_type="CAUSAL_LM",
     )
-    trainer = PACSTrainer(
+    trainer = trainer_cls(
         model=model,
         reward_funcs=[boxed_math_reward],
         args=config,
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[_progress_callback(args.max_steps)],
+        callbacks=[_progress_callback(args.max_steps, ALGORITHMS[algorithm])] if progress else None,
     )
     trainer.remove_callback(PrinterCallback)  # added by disable_tqdm=True; it would print every log dict
-    train_start = time.perf_counter()
+    train_start, train_cpu_start = time.perf_counter(), time.process_time()
     trainer.train()
-    train_time = time.perf_counter() - train_start
+    train_time, train_cpu = time.perf_counter() - train_start, time.process_time() - train_cpu_start
 
     # 5. Accuracy after training, same problems, same decoding.
     after = held_out_accuracy(
@@ -363,31 +485,48 @@ def run(args: argparse.Namespace) -> int:
         args.max_completion_length,
         args.eval_batch_size,
     )
-
-    # 6. Report.
     with contextlib.suppress(OSError):
         (output_dir / "trainer").rmdir()  # nothing is saved there (save_strategy="no"); drop the empty folder
     history = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
-    metrics = {
+    return {
         "model": args.model,
         "model_name": Path(args.model).name,
+        "algorithm": algorithm,
         "seed": args.seed,
-        "eval_seed": eval_seed,
+        "eval_seed": args.seed + EVAL_SEED_OFFSET,
         "max_steps": args.max_steps,
         "settings": {k: v for k, v in vars(args).items() if k != "func"},
         "before": before,
         "after": after,
+        "change": paired_change(before, after),
         "per_step": {
             "reward": _per_step(history, "reward"),
             "critic_accuracy": _per_step(history, "pacs/critic_accuracy", off_policy_only=True),
             "pacs_loss": _per_step(history, "pacs/loss"),
             "frac_mixed_groups": _per_step(history, "pacs/frac_mixed_groups"),
+            "grad_norm": _per_step(history, "grad_norm"),
         },
+        "log_history": history,
+        "model_resolve_s": resolve_seconds,
         "train_time_s": train_time,
+        "train_cpu_s": train_cpu,
         "wall_time_s": time.perf_counter() - start,
+        "cpu_time_s": time.process_time() - cpu_start,
         "torch_threads": torch.get_num_threads(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo end to end; returns the process exit code."""
+    output_dir = Path(args.output_dir)
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not args.overwrite:
+        logger.error("%s is not empty; pick another --output-dir or pass --overwrite.", output_dir)
+        return 1
+    output_dir.mkdir(parents=True, exist_ok=True)
+    metrics = train_and_evaluate(args, args.algorithm)
+
+    # 6. Report.
     with open(output_dir / "demo_metrics.json", "w") as f:
         json.dump(metrics, f, indent=2)
     plot(metrics, output_dir / "demo.png")

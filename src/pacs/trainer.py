@@ -8,8 +8,9 @@ The only change w.r.t. `GRPOTrainer` is the loss; generation (transformers, vLLM
 functions, reference model / KL, PEFT, DeepSpeed and logging are inherited unchanged. Three narrow overrides carry what
 the loss needs:
 
-1. `_calculate_rewards` keeps each completion's label (the `reward_weights`-weighted sum of the reward functions),
-   checked to lie in [0, 1]; `_generate_and_score_completions` attaches this process's slice of the labels.
+1. `_calculate_rewards` keeps each completion's label (the `reward_weights`-weighted sum of the reward functions,
+   each mapped by `pacs_label_transform`), checked to lie in [0, 1]; `_generate_and_score_completions` attaches this
+   process's slice of the labels.
 2. `_prepare_inputs` shuffles the generation batch by whole groups instead of by rows, so every micro-batch that
    reaches the loss holds whole groups of `num_generations` completions of one prompt.
 3. `_compute_loss` evaluates `pacs_loss` (plus TRL's KL term when `beta > 0`) and logs the implicit critic.
@@ -20,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 import trl
 from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
@@ -30,7 +33,8 @@ from trl.trainer import grpo_trainer as _grpo_module
 from trl.trainer.utils import get_config_model_id
 
 from .config import PACSConfig
-from .loss import pacs_loss
+from .labels import reward_to_label
+from .loss import compute_reward_proxy, pacs_coefficients, pacs_loss
 
 
 logger = logging.getLogger(__name__)
@@ -95,6 +99,40 @@ def shuffle_groups(seq_dict: dict[str, Sequence | None], group_size: int) -> dic
     return {key: permute(val) for key, val in seq_dict.items()}
 
 
+def check_split_layout(
+    per_device_batch: int, grad_accum: int, steps_per_generation: int, world_size: int, num_generations: int
+) -> None:
+    """Raise a `ValueError` naming a valid setting unless every optimizer step can hold whole groups.
+
+    Used when `per_device_batch` is not a multiple of `num_generations` (a micro-batch holds part of a group). Rows never
+    move between processes, and each process holds a contiguous slice of the generation batch (TRL's layout, which
+    vLLM server mode relies on), so an optimizer step holds whole groups in two cases: it spans the whole generation
+    batch (`steps_per_generation == gradient_accumulation_steps`; groups may then span processes), or each process's
+    share of it (`per_device_batch * grad_accum` rows) is a whole number of groups.
+
+    >>> check_split_layout(1, 8, 32, 1, 8)  # one GPU, 8 micro-batches of 1 per optimizer step, 4 steps per generation
+    >>> check_split_layout(2, 1, 1, 4, 8)  # 4 processes x 2 rows: one group spans all of them, 1 step per generation
+    """
+    P, GA, S, W, G = per_device_batch, grad_accum, steps_per_generation, world_size, num_generations
+    if S % GA != 0:
+        raise ValueError(
+            f"per_device_train_batch_size ({P}) is not a multiple of num_generations ({G}), so groups are split over "
+            f"micro-batches; then every optimizer step must lie within one generation batch: steps_per_generation "
+            f"({S}) must be a multiple of gradient_accumulation_steps ({GA}), e.g. steps_per_generation={4 * GA}."
+        )
+    if S == GA or (P * GA) % G == 0:
+        return
+    ga = G // math.gcd(P, G)  # smallest accumulation that makes P * GA a multiple of G
+    raise ValueError(
+        f"per_device_train_batch_size={P} x gradient_accumulation_steps={GA} = {P * GA} rows per process and optimizer "
+        f"step do not hold whole groups of num_generations={G}, and with steps_per_generation={S} > "
+        f"gradient_accumulation_steps every optimizer step must (rows stay on the process that generated them). Use "
+        f"gradient_accumulation_steps={ga} (with steps_per_generation={4 * ga} for 4 optimizer steps per "
+        f"generation), or steps_per_generation={GA} (one optimizer step per generation; num_iterations > 1 for "
+        "off-policy steps)."
+    )
+
+
 @contextlib.contextmanager
 def _group_shuffle(group_size: int):
     # GRPOTrainer._prepare_inputs shuffles the generation batch row by row through this module-level name; swapping
@@ -154,40 +192,101 @@ class PACSTrainer(GRPOTrainer):
             raise TypeError(f"PACSTrainer needs args=PACSConfig(...), got {kind}.{hint}")
         self._pacs_labels: torch.Tensor | None = None  # (B_global,) labels of the last scored generation batch
         self._pacs_scorable: torch.Tensor | None = None  # (B_global,) False where every reward function gave None
+        # Split path: a micro-batch holds part of a group (see `_split_step_coefficients`)
+        self._pacs_split = args.per_device_train_batch_size % args.num_generations != 0
+        if self._pacs_split:
+            check_split_layout(
+                args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation,
+                args.world_size, args.num_generations,
+            )  # fmt: skip
+        self._pacs_generation_rows = args.generation_batch_size  # rows of one generation batch over all processes
+        self._pacs_split_coef: torch.Tensor | None = None  # (generation_batch_size,) c of the current optimizer step
+        self._pacs_split_loss: torch.Tensor | None = None
         super().__init__(model, reward_funcs, args=args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        # GRPOTrainer computes its group advantages in evaluation too: the eval batch over all processes must hold
+        # whole groups of num_generations_eval (the PACS loss itself needs none, see `_compute_loss`).
+        G, W = self.num_generations_eval, self.accelerator.num_processes
+        batch = self.args.per_device_eval_batch_size
+        if (W * batch) % G != 0:
+            valid = [b for b in range(1, 4 * G + 1) if (W * b) % G == 0][:3]
+            raise ValueError(
+                f"per_device_eval_batch_size ({batch}) x {W} process(es) must be a multiple of num_generations_eval "
+                f"({G}) so that TRL's evaluation sees whole groups; use per_device_eval_batch_size in {valid} or "
+                "set num_generations_eval."
+            )
+        return super().evaluate(*args, **kwargs)
 
     # 1. labels -------------------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_glob, F)
+        args = self.args
+        labels_per_func = reward_to_label(
+            rewards_per_func, args.pacs_label_transform, args.pacs_label_temperature, args.pacs_label_offset
+        )  # (B_glob, F), each function's score mapped to [0, 1] (identity for "none")
         weights = self.reward_weights.to(rewards_per_func.device)
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,)
-        labels = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)  # (B_glob,)
+        labels = (labels_per_func * weights.unsqueeze(0)).nansum(dim=1)  # (B_glob,)
         bad = scorable & ((labels < 0) | (labels > 1) | ~torch.isfinite(labels))
         if bad.any():
-            row = int(bad.nonzero()[0])
-            parts = ", ".join(
-                f"{name}={rewards_per_func[row, i].item():g} (weight {weights[i].item():g})"
-                for i, name in enumerate(self.reward_func_names)
-            )
-            raise ValueError(
-                f"PACS uses the reward as a label and needs it in [0, 1], but completion {row} of this batch got "
-                f"{labels[row].item():g} from the reward functions {parts}. Make the reward functions return values in "
-                "[0, 1] (e.g. 1.0 correct / 0.0 wrong) and the reward_weights sum to at most 1, e.g. "
-                f"reward_weights={[round(1 / len(weights), 4)] * len(weights)}."
-            )
+            raise self._label_range_error(int(bad.nonzero()[0]), rewards_per_func, labels_per_func, labels, weights)
         self._pacs_labels, self._pacs_scorable = labels, scorable
+        self._log_rollout_labels(labels, scorable)
+        # TRL logs `reward` and `rewards/<function>/mean` from what this returns: the raw scores, not the labels
         return rewards_per_func
+
+    def _label_range_error(self, row, rewards_per_func, labels_per_func, labels, weights) -> ValueError:
+        transform = self.args.pacs_label_transform
+        parts = ", ".join(
+            f"{name}={rewards_per_func[row, i].item():g}"
+            + (f" -> label {labels_per_func[row, i].item():g}" if transform != "none" else "")
+            + f" (weight {weights[i].item():g})"
+            for i, name in enumerate(self.reward_func_names)
+        )
+        return ValueError(
+            f"PACS uses the reward as a label and needs it in [0, 1], but completion {row} of this batch got "
+            f"{labels[row].item():g} from the reward functions {parts} with pacs_label_transform={transform!r}. For a "
+            "learned reward model or any unbounded score, set pacs_label_transform='sigmoid' (label "
+            "sigmoid((score - pacs_label_offset) / pacs_label_temperature)) or 'clip'; otherwise make the reward "
+            "functions return values in [0, 1] (e.g. 1.0 correct / 0.0 wrong). The reward_weights must be >= 0 and "
+            f"sum to at most 1, e.g. reward_weights={[round(1 / len(weights), 4)] * len(weights)}."
+        )
+
+    def _log_rollout_labels(self, labels: torch.Tensor, scorable: torch.Tensor) -> None:
+        # labels are already gathered over processes (TRL gathers the rewards), so this needs no collective
+        mode = "train" if self.model.training else "eval"
+        count = scorable.sum().clamp(min=1)
+        mean = (labels * scorable).sum() / count
+        self._metrics[mode]["pacs/rollout_label_mean"].append(mean.item())
+        std = (((labels - mean) ** 2 * scorable).sum() / count).sqrt()
+        self._metrics[mode]["pacs/rollout_label_std"].append(std.item())
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         n = output["prompt_ids"].size(0)  # this process's rows, in the order of the gathered rewards
-        local = slice(self.accelerator.process_index * n, (self.accelerator.process_index + 1) * n)
+        start = self.accelerator.process_index * n
+        local = slice(start, start + n)
         output["pacs_labels"] = self._pacs_labels[local]  # (B,)
         output["pacs_scorable"] = self._pacs_scorable[local].float()  # (B,)
+        # Row number in the gathered generation batch, where rows g*G .. g*G+G-1 are one prompt's group: it lets the
+        # split path reassemble groups whatever the shuffle and the micro-batch and process boundaries.
+        output["pacs_index"] = torch.arange(start, start + n, device=output["prompt_ids"].device)  # (B,)
+        is_ratio = output.get("importance_sampling_ratio")
+        if is_ratio is not None:  # vLLM correction: how much of the batch it drops (mask modes) and its mean ratio
+            mode = "train" if self.model.training else "eval"
+            ratio = self.accelerator.gather(is_ratio.reshape(n, -1)[:, 0])  # (B_world,) sequence-level ratio
+            kept = ratio > 0
+            self._metrics[mode]["pacs/is_masked_frac"].append((~kept).float().mean().item())
+            self._metrics[mode]["pacs/is_ratio_mean"].append(ratio[kept].mean().item() if kept.any() else 0.0)
         return output
 
     # 2. whole groups -------------------------------------------------------------------------------------------
     def _prepare_inputs(self, generation_batch):
+        if self._pacs_split and self.args.steps_per_generation == self.args.gradient_accumulation_steps:
+            # one optimizer step per pass over the generation batch: it holds whole groups whatever the row order,
+            # so TRL's row shuffle stays (groups may then also span processes, which `pacs_index` handles)
+            return super()._prepare_inputs(generation_batch)
         with _group_shuffle(self.num_generations):
             inputs = super()._prepare_inputs(generation_batch)
         return inputs
@@ -195,44 +294,57 @@ class PACSTrainer(GRPOTrainer):
     # 3. the loss -----------------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]  # (B, T)
-
-        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            completion_ids.size(1),  # logits_to_keep: only the completion tokens
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            **{key: inputs.get(key) for key in _MULTIMODAL_KEYS},
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]  # (B, T)
+        split = mode == "train" and self._pacs_split
+        if split:  # before this micro-batch's graph exists: the step's extra forward then adds no peak memory
+            coef, step_loss = self._split_step_coefficients(inputs)  # (B,), ()
+        per_token_logps, entropies, aux_loss = self._per_token_logps(
+            model, inputs, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled
         )  # (B, T), (B, T)
-        old_per_token_logps = inputs.get("old_per_token_logps")  # None when on-policy: pacs_loss detaches
+        if not self._entropy_bonus_enabled:
+            entropies = entropies.detach()  # only logged: keep no graph for it
+        old_per_token_logps = inputs.get("old_per_token_logps")  # None when on-policy: the proxy detaches
+        sample_weight = self._sample_weight(inputs, mask, per_token_logps.dtype)  # (B,)
 
-        # A completion that no reward function could score, or that masking emptied (truncated with
-        # mask_truncated_completions), carries no label: weight 0, left out of the class counts.
-        sample_weight = inputs["pacs_scorable"] * (mask.sum(-1) > 0).to(per_token_logps.dtype)  # (B,)
-        is_ratio = inputs.get("importance_sampling_ratio")  # vLLM correction: (B, 1) in the sequence modes
-        if is_ratio is not None:
-            sample_weight = sample_weight * is_ratio.reshape(is_ratio.size(0), -1)[:, 0]
-
-        loss, stats = pacs_loss(
-            per_token_logps,
-            old_per_token_logps,
-            mask,
-            inputs["pacs_labels"],
-            num_generations,
-            beta=self.args.pacs_beta,
-            reward_proxy=self.args.pacs_reward_proxy,
-            score=self.args.pacs_score,
-            class_weight=self.args.pacs_class_weight,
-            sample_weight=sample_weight,
-        )
-        pacs_value = loss.detach()
+        if mode == "eval":
+            # No update between sampling and scoring, so psi == 0 and every BCE term is log 2 by construction; the
+            # loss needs no groups (any per_device_eval_batch_size, num_generations_eval=1 included).
+            labels = inputs["pacs_labels"].to(per_token_logps.dtype)
+            loss = F.binary_cross_entropy_with_logits(torch.zeros_like(labels), labels)
+            pacs_value = loss.detach()
+        elif split:
+            # Groups cut by this micro-batch: backpropagate sum_i c_i r_i with the whole-group coefficients c of this
+            # optimizer step (see `_split_step_coefficients`). The factors undo the averaging over processes and the
+            # division by gradient_accumulation_steps below, which c already contains.
+            rewards = compute_reward_proxy(
+                per_token_logps, old_per_token_logps, mask, self.args.pacs_beta, self.args.pacs_reward_proxy
+            )  # (B,) with grad
+            scale = self.accelerator.num_processes * self.current_gradient_accumulation_steps
+            surrogate = scale * (coef.to(rewards.dtype) * rewards).sum()
+            # value: this micro-batch's share of the step's PACS loss; gradient: the exact whole-group gradient
+            loss = surrogate - surrogate.detach() + step_loss
+            pacs_value = step_loss
+        else:
+            loss, stats = pacs_loss(
+                per_token_logps,
+                old_per_token_logps,
+                mask,
+                inputs["pacs_labels"],
+                self.num_generations,
+                beta=self.args.pacs_beta,
+                reward_proxy=self.args.pacs_reward_proxy,
+                score=self.args.pacs_score,
+                class_weight=self.args.pacs_class_weight,
+                sample_weight=sample_weight,
+            )
+            pacs_value = loss.detach()
+            gather = self.accelerator.gather
+            self._log_pacs_metrics(
+                mode, gather(pacs_value).mean(), gather(stats["psi"]), gather(inputs["pacs_labels"]),
+                gather(stats["weights"]), self.num_generations,
+            )  # fmt: skip
 
         if self.beta != 0.0:  # TRL's KL penalty to the reference model, per-sequence token mean as in GRPO
             ref_per_token_logps = inputs["ref_per_token_logps"]
@@ -245,26 +357,132 @@ class PACSTrainer(GRPOTrainer):
 
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0  # no accumulation in eval
         loss = loss / normalizer
+        if self._entropy_bonus_enabled:
+            loss = loss - self._entropy_bonus(mode, entropies, mask)
+            self._metrics[mode]["policy_loss"].append(self.accelerator.gather(pacs_value).mean().item())
         if self.aux_loss_enabled:
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
 
-        self._log_pacs_metrics(mode, pacs_value, stats, inputs["pacs_labels"], sample_weight, num_generations)
+        if mode == "eval":  # the critic metrics carry no information here (psi == 0); the labels do
+            labels, valid = self.accelerator.gather(inputs["pacs_labels"]), self.accelerator.gather(sample_weight > 0)
+            self._metrics[mode]["pacs/label_mean"].append(labels[valid].mean().item() if valid.any() else 0.0)
         self._log_token_metric(mode, "entropy", entropies, mask)
         if self.beta != 0.0:
             self._log_token_metric(mode, "kl", per_token_kl, mask)
-        if self.aux_loss_enabled:
-            self._metrics[mode]["aux_loss"].append(self.accelerator.gather(aux_loss.detach()).mean().item())
         return loss
+
+    def _per_token_logps(self, model, inputs, **kwargs):
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        return self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([prompt_ids, completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            completion_ids.size(1),  # logits_to_keep: only the completion tokens
+            **kwargs,
+            **{key: inputs.get(key) for key in _MULTIMODAL_KEYS},
+        )
+
+    @staticmethod
+    def _sample_weight(inputs, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        # A completion that no reward function could score carries no label: weight 0, out of the class counts (it
+        # stays in its group's statistics: a real sample). A completion whose mask is empty (truncated with
+        # mask_truncated_completions, or all tool output) is not a sample at all: `pacs_loss` leaves it out of the
+        # group statistics too. vLLM's sequence-level importance weight multiplies in.
+        sample_weight = inputs["pacs_scorable"].to(dtype) * (mask.sum(-1) > 0).to(dtype)  # (B,)
+        is_ratio = inputs.get("importance_sampling_ratio")  # (B, 1) in the sequence modes
+        if is_ratio is not None:
+            sample_weight = sample_weight * is_ratio.reshape(is_ratio.size(0), -1)[:, 0].to(dtype)
+        return sample_weight
+
+    def _split_step_coefficients(self, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Coefficients c_i = dL/dr_i of this optimizer step's whole groups for the rows of `inputs`, and the loss
+        share of one micro-batch.
+
+        At the first micro-batch of an optimizer step: (1) take r of every row of the step on this process: r = 0 on
+        the first optimizer step after a generation (the policy is still the sampling policy, so the log-ratio is 0
+        and no forward is needed), else one forward without grad over the step's micro-batches; (2) gather r, labels
+        and weights of all processes and reorder them by `pacs_index` into whole groups; (3) compute c in closed form
+        (`pacs_coefficients`) over all rows of the step, normalised by their number as the whole-group path is;
+        (4) log the critic metrics over those whole groups. Later micro-batches of the step look their c up.
+        """
+        GA = self.current_gradient_accumulation_steps
+        if self._step % GA == 0 or self._pacs_split_coef is None:
+            S, G = self.args.steps_per_generation, self.num_generations
+            first = self._step % S
+            batches = self._buffered_inputs[first : first + GA]
+            on_policy = self._step % (S * self.num_iterations) < GA
+            index, rewards, labels, weight, valid = [], [], [], [], []
+            for batch in batches:
+                mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
+                old = batch.get("old_per_token_logps")
+                if on_policy or (old is None and self.args.pacs_reward_proxy == "log_ratio"):
+                    r = torch.zeros(mask.size(0), device=mask.device)
+                else:
+                    with torch.no_grad(), _no_checkpointing(self):
+                        logps, _, _ = self._per_token_logps(self.model, batch)
+                    r = compute_reward_proxy(logps, old, mask, self.args.pacs_beta, self.args.pacs_reward_proxy)
+                index.append(batch["pacs_index"])
+                rewards.append(r.float())
+                labels.append(batch["pacs_labels"].float())
+                weight.append(self._sample_weight(batch, mask, torch.float32))
+                valid.append(mask.sum(-1) > 0)
+            gather = self.accelerator.gather
+            index = gather(torch.cat(index))
+            order = torch.argsort(index)
+            index = index[order]
+            rows = [gather(torch.cat(x))[order] for x in (rewards, labels, weight, valid)]
+            rewards, labels, weight, valid = rows
+            groups = index.view(-1, G) // G
+            if index.numel() % G or not (groups == groups[:, :1]).all():
+                raise RuntimeError(
+                    "PACS split path: this optimizer step does not hold whole groups of num_generations="
+                    f"{G} completions (rows {index.tolist()}); please report this with your batch settings."
+                )
+            coef, loss, stats = pacs_coefficients(
+                rewards, labels, G, self.args.pacs_score, self.args.pacs_class_weight, weight,
+                None if valid.all() else valid,
+            )  # fmt: skip
+            by_index = torch.zeros(self._pacs_generation_rows, device=coef.device, dtype=coef.dtype)
+            by_index[index] = coef
+            self._pacs_split_coef, self._pacs_split_loss = by_index, loss / GA
+            self._log_pacs_metrics("train", loss, stats["psi"], labels, stats["weights"], G)
+        return self._pacs_split_coef[inputs["pacs_index"]], self._pacs_split_loss
+
+    def _entropy_bonus(self, mode: str, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """TRL's entropy regularisation (static `entropy_coef` or adaptive), scaled and logged as GRPOTrainer does."""
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        entropy_loss = (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+        # the coefficient and gate of the previous optimizer step, so every micro-batch of this one uses the same
+        adaptive = self.use_adaptive_entropy
+        coef = self.entropy_coef if not adaptive or self._last_world_entropy <= self.args.entropy_target else 0.0
+        if adaptive and mode == "train":
+            stats = torch.stack([(entropies * mask).sum(), mask.sum()]).detach()
+            window = self._entropy_window_stats
+            self._entropy_window_stats = stats if window is None else window + stats
+            if self.accelerator.sync_gradients:  # optimizer-step boundary: update the coefficient for the next one
+                totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+                world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
+                step = self.args.entropy_coef_delta
+                if world_entropy <= self.args.entropy_target:
+                    self.entropy_coef = min(self.entropy_coef + step, self.args.entropy_coef_max)
+                else:
+                    self.entropy_coef = max(self.entropy_coef - step, self.args.entropy_coef_min)
+                self._last_world_entropy = world_entropy
+                self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
+        return coef * entropy_loss
 
     def _log_token_metric(self, mode: str, name: str, values: torch.Tensor, mask: torch.Tensor) -> None:
         totals = self.accelerator.reduce(torch.stack([(values.detach() * mask).sum(), mask.sum().float()]), "sum")
         self._metrics[mode][name].append((totals[0] / totals[1].clamp(min=1.0)).item())
 
-    def _log_pacs_metrics(self, mode, loss, stats, labels, sample_weight, num_generations) -> None:
-        # Every rank runs the same gathers, whatever its data: no early return here.
-        gather = self.accelerator.gather
-        psi, probs = gather(stats["psi"]), gather(stats["probs"])  # (B_world,)
-        labels, valid = gather(labels.to(psi.dtype)), gather((sample_weight > 0).to(psi.dtype))  # (B_world,)
+    def _log_pacs_metrics(self, mode, loss, psi, labels, weights, num_generations) -> None:
+        """The implicit critic over whole groups; every argument is already gathered over processes."""
+        valid = (weights > 0).to(psi.dtype)  # (B_world,)
+        labels = labels.to(psi.dtype)
+        probs = torch.sigmoid(psi)
         count = valid.sum().clamp(min=1.0)
 
         def valid_mean(x: torch.Tensor) -> float:
@@ -275,7 +493,7 @@ class PACSTrainer(GRPOTrainer):
         groups_pos = (labels * valid).view(-1, num_generations).sum(-1)  # (groups,)
         mixed = ((groups_pos > 0) & (groups_pos < groups_valid)).float()
         metrics = self._metrics[mode]
-        metrics["pacs/loss"].append(gather(loss).mean().item())
+        metrics["pacs/loss"].append(float(loss))
         metrics["pacs/psi_mean"].append(psi_mean)
         metrics["pacs/psi_std"].append(valid_mean((psi - psi_mean) ** 2) ** 0.5)
         metrics["pacs/critic_accuracy"].append(valid_mean(((probs > 0.5) == (labels > 0.5)).to(psi.dtype)))
@@ -284,4 +502,11 @@ class PACSTrainer(GRPOTrainer):
         metrics["pacs/frac_mixed_groups"].append(mixed.mean().item())
 
 
-__all__ = ["PACSTrainer", "shuffle_groups"]
+@contextlib.contextmanager
+def _no_checkpointing(trainer):
+    # A forward without grad needs no activation checkpointing (and with use_reentrant=True it warns); TRL's helper.
+    with _grpo_module.disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
+        yield
+
+
+__all__ = ["PACSTrainer", "check_split_layout", "shuffle_groups"]

@@ -38,8 +38,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--benchmarks",
         default="math500,aime24,aime25,amc23",
-        help="Comma-separated bundled benchmarks (math500, aime24, aime25, amc23) or .jsonl/.json/.parquet files "
-        "with problem and answer columns.",
+        help="Comma-separated bundled benchmarks (math500, aime24, aime25, amc23) or paths of .jsonl/.json/.parquet "
+        "files with problem and answer columns (see --problem-column, --answer-column).",
+    )
+    parser.add_argument(
+        "--problem-column",
+        default="problem",
+        help="Column holding the problem (text, or a list of role/content messages) in --benchmarks files.",
+    )
+    parser.add_argument(
+        "--answer-column", default="answer", help="Column holding the gold final answer in --benchmarks files."
     )
     parser.add_argument("--n", type=int, default=32, help="Samples per problem.")
     parser.add_argument("--output-dir", required=True, help="Directory for rollouts, metrics and the plot.")
@@ -93,8 +101,10 @@ def run_eval(args: argparse.Namespace) -> int:
             chat_template=args.chat_template,
             reward_timeout=args.reward_timeout,
             progress=args.progress,
+            problem_column=args.problem_column,
+            answer_column=args.answer_column,
         )
-    except (FileExistsError, ValueError) as e:
+    except (OSError, ValueError) as e:  # wrong arguments, paths or files: the message says what to do
         logger.error("%s", e)
         return 2
     logger.info("Wrote %s/eval_metrics.json, eval_rollouts.jsonl and eval_passk.png", args.output_dir)

@@ -86,22 +86,20 @@ def compute_metrics(
     return metrics
 
 
-def _prepare_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> list[dict]:
-    """Refuse to clobber a previous evaluation; return the rollouts to keep when resuming."""
+def _read_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> tuple[list[str], list[dict], int]:
+    """Refuse to clobber a previous evaluation; return the files there, the rollouts to keep and the lines dropped.
+
+    Reads only: nothing in `output_dir` changes until [`_prepare_output_dir`], which runs once the model has loaded.
+    """
     existing = [f for f in OUTPUT_FILES if (output_dir / f).exists()]
     if existing and not (overwrite or resume):
         raise FileExistsError(
             f"{output_dir} already holds an evaluation ({', '.join(existing)}). Pass --overwrite (overwrite=True) to "
             "replace it, --resume (resume=True) to add only the missing samples, or choose another --output-dir."
         )
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if overwrite:
-        for f in existing:
-            (output_dir / f).unlink()
-        return []
     path = output_dir / ROLLOUTS_FILE
-    if not path.exists():
-        return []
+    if overwrite or not path.exists():
+        return existing, [], 0
     kept, dropped = [], 0
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -110,16 +108,31 @@ def _prepare_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> list
             kept.append(record)
         except (json.JSONDecodeError, KeyError, TypeError):
             dropped += 1
-    if dropped:  # typically the last line of a run that was killed mid-write
+    logger.info("Resuming: %d samples already in %s", len(kept), path)
+    return existing, kept, dropped
+
+
+def _prepare_output_dir(output_dir: Path, existing: list[str], overwrite: bool, kept: list[dict], dropped: int):
+    """Create `output_dir`, delete an earlier evaluation when overwriting, drop unreadable rollout lines."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if overwrite:
+        for f in existing:
+            (output_dir / f).unlink()
+    elif dropped:  # typically the last line of a run that was killed mid-write
+        path = output_dir / ROLLOUTS_FILE
         logger.warning("Dropped %d unreadable line(s) of %s", dropped, path)
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
         os.replace(tmp, path)
-    logger.info("Resuming: %d samples already in %s", len(kept), path)
-    return kept
 
 
-def _load_datasets(benchmarks: Sequence[str] | str | None, datasets: Mapping[str, Any] | None, limit: int | None):
+def _load_datasets(
+    benchmarks: Sequence[str] | str | None,
+    datasets: Mapping[str, Any] | None,
+    limit: int | None,
+    problem_column: str = "problem",
+    answer_column: str = "answer",
+):
     from ..data import BENCHMARKS, load_benchmark, load_train_dataset
 
     if datasets is not None:
@@ -128,10 +141,14 @@ def _load_datasets(benchmarks: Sequence[str] | str | None, datasets: Mapping[str
             missing = [c for c in ("prompt", "solution") if c not in ds.column_names]
             if missing:
                 raise ValueError(
-                    f"Dataset {name!r} lacks column(s) {missing}; build it with `pacs.data.load_train_dataset` or "
-                    "give it a conversational `prompt` and a gold-answer `solution` column."
+                    f"Dataset {name!r} lacks column(s) {missing} (its columns are {ds.column_names}); build it with "
+                    "`pacs.data.load_train_dataset(path, problem_column=..., answer_column=...)` or give it a "
+                    "conversational `prompt` and a gold-answer `solution` column."
                 )
-            out[name] = ds.select(range(min(limit, len(ds)))) if limit is not None else ds
+            if limit is not None and limit < len(ds):
+                logger.info("%s: kept the first %d of %d problems (limit=%d)", name, limit, len(ds), limit)
+                ds = ds.select(range(limit))
+            out[name] = ds
         return out
     if isinstance(benchmarks, str):
         benchmarks = [b.strip() for b in benchmarks.split(",") if b.strip()]
@@ -141,10 +158,39 @@ def _load_datasets(benchmarks: Sequence[str] | str | None, datasets: Mapping[str
         if key in BENCHMARKS:
             out[key] = load_benchmark(key, limit=limit)
         elif os.path.exists(name):  # a local .jsonl/.json/.parquet with problem/answer columns
-            out[Path(name).stem] = load_train_dataset(name, limit=limit)
+            out[Path(name).stem] = load_train_dataset(
+                name, problem_column=problem_column, answer_column=answer_column, limit=limit
+            )
         else:
-            load_benchmark(name)  # raises the error listing the valid names
+            raise ValueError(
+                f"Unknown benchmark {name!r}: neither a bundled benchmark ({', '.join(sorted(BENCHMARKS))}) nor an "
+                f"existing file (no file {os.path.abspath(name)}). Give a bundled name or the path of a .jsonl, .json "
+                "or .parquet file with problem and answer columns (other names: --problem-column / --answer-column, "
+                "problem_column=... / answer_column=... in Python)."
+            )
     return out
+
+
+def _check_arguments(n, limit, max_new_tokens, temperature, top_p, batch_size, overwrite, resume) -> None:
+    """Reject settings that would fail, or silently do nothing, once generation has started."""
+    if n < 1:
+        raise ValueError(f"n (--n) must be at least 1 (samples per problem), got {n}.")
+    if limit is not None and limit < 1:
+        raise ValueError(
+            f"limit (--limit) must be at least 1 (problems per benchmark), got {limit}; leave it out for all."
+        )
+    if batch_size < 1:
+        raise ValueError(
+            f"batch_size (--batch-size) must be at least 1 (sequences per generate call), got {batch_size}."
+        )
+    if temperature < 0:
+        raise ValueError(f"temperature (--temperature) must be >= 0 (0 means greedy decoding), got {temperature}.")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p (--top-p) must be in (0, 1] (1 turns nucleus sampling off), got {top_p}.")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens (--max-new-tokens) must be at least 1, got {max_new_tokens}.")
+    if overwrite and resume:
+        raise ValueError("Pass either overwrite or resume, not both.")
 
 
 def _problem_ids(ds) -> list[str]:
@@ -185,12 +231,7 @@ def _generate_transformers(model, tokenizer, requests, settings, batch_size, on_
     """Batched sampling with `model.generate`; `requests` are (key, prompt text) pairs, one per sample."""
     import torch
     from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM
 
-    if isinstance(model, (str, os.PathLike)):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = "auto" if device == "cuda" else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(device)
     padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"  # generation continues at the right edge
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -228,11 +269,26 @@ def _generate_transformers(model, tokenizer, requests, settings, batch_size, on_
         tokenizer.padding_side = padding_side
 
 
-def _generate_vllm(model, requests, settings, on_batch, vllm_kwargs):
-    """One vLLM call for all samples (it batches and shows its own progress bar)."""
-    from vllm import LLM, SamplingParams
+def _load_model(model: Any, backend: str, settings: dict, vllm_kwargs: dict | None):
+    """The model to generate with: a `vllm.LLM`, or a `transformers` model (loaded here from a path or hub id)."""
+    if backend == "vllm":
+        from vllm import LLM
 
-    llm = LLM(model=os.fspath(model), seed=settings["seed"], **(vllm_kwargs or {}))
+        return LLM(model=os.fspath(model), seed=settings["seed"], **(vllm_kwargs or {}))
+    if not isinstance(model, (str, os.PathLike)):
+        return model
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = "auto" if device == "cuda" else torch.float32
+    return AutoModelForCausalLM.from_pretrained(model, dtype=dtype).to(device)
+
+
+def _generate_vllm(llm, requests, settings, on_batch):
+    """One vLLM call for all samples (it batches and shows its own progress bar)."""
+    from vllm import SamplingParams
+
     params = SamplingParams(
         n=1,
         temperature=settings["temperature"],
@@ -264,6 +320,8 @@ def evaluate(
     progress: bool = True,
     plot: bool = True,
     vllm_kwargs: dict | None = None,
+    problem_column: str = "problem",
+    answer_column: str = "answer",
 ) -> dict[str, dict[str, float | int]]:
     """Sample `n` completions per problem, verify them and write rollouts, pass@k metrics and a plot to `output_dir`.
 
@@ -312,18 +370,24 @@ def evaluate(
             Write `eval_passk.png`.
         vllm_kwargs (`dict` or `None`, *optional*, defaults to `None`):
             Extra arguments for `vllm.LLM`, e.g. `{"tensor_parallel_size": 2, "max_model_len": 8192}`.
+        problem_column (`str`, *optional*, defaults to `"problem"`):
+            Column holding the problem in the files given in `benchmarks` (the bundled benchmarks ignore it).
+        answer_column (`str`, *optional*, defaults to `"answer"`):
+            Column holding the gold final answer in those files.
 
     Returns:
         `dict`: the content of `eval_metrics.json`, `{benchmark: {"num_problems", "n", "pass@1", ..., "pass@<n>"}}`.
     """
+    from ..checks import check_model_path
     from ..rewards import score_completions
 
-    if n < 1:
-        raise ValueError(f"n must be at least 1 (samples per problem), got {n}.")
-    if overwrite and resume:
-        raise ValueError("Pass either overwrite or resume, not both.")
+    _check_arguments(n, limit, max_new_tokens, temperature, top_p, batch_size, overwrite, resume)
+    if isinstance(model, (str, os.PathLike)):
+        check_model_path(model)
+    if isinstance(tokenizer, (str, os.PathLike)):
+        check_model_path(tokenizer)
     output_dir = Path(output_dir)
-    sets = _load_datasets(benchmarks, datasets, limit)
+    sets = _load_datasets(benchmarks, datasets, limit, problem_column, answer_column)
     if not sets:
         raise ValueError("Nothing to evaluate: no benchmarks or datasets given.")
     settings = {
@@ -337,14 +401,15 @@ def evaluate(
         "seed": seed,
         "chat_template": chat_template,
     }
-    previous = _prepare_output_dir(output_dir, overwrite, resume)
+    # Nothing is written to output_dir before the model has loaded, so that a run that fails early (a wrong path, no
+    # chat template) leaves the directory as it was and the corrected command is not refused.
+    existing, previous, dropped = _read_output_dir(output_dir, overwrite, resume)
     config_path = output_dir / CONFIG_FILE
     if resume and config_path.exists():
         old = json.loads(config_path.read_text())
         changed = {k: (old.get(k), settings[k]) for k in _SAMPLING_KEYS if old.get(k) != settings[k]}
         if changed:
             logger.warning("Resuming with different settings than the earlier run (old, new): %s", changed)
-    config_path.write_text(json.dumps(settings, indent=2) + "\n")
 
     # 1. which samples are missing
     have: dict[tuple[str, str], int] = defaultdict(int)
@@ -368,7 +433,6 @@ def evaluate(
         len(todo_keys),
     )
 
-    # 2. generate, score and append, batch by batch
     rollouts_path = output_dir / ROLLOUTS_FILE
     new_records: list[dict] = []
 
@@ -390,6 +454,8 @@ def evaluate(
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         new_records.extend(records)
 
+    # 2. tokenizer and model, then the output directory
+    resolved = llm = None
     if todo_keys:
         resolved = _resolve_backend(backend, model)
         from transformers import AutoTokenizer
@@ -403,12 +469,18 @@ def evaluate(
             tok = AutoTokenizer.from_pretrained(tok)
         rendered = {key: _render_prompt(tok, p, chat_template) for key, p in prompts.items()}
         requests = [(key, rendered[key[:2]]) for key in todo_keys]
-        if resolved == "vllm":
-            _generate_vllm(model, requests, settings, on_batch, vllm_kwargs)
-        else:
-            _generate_transformers(model, tok, requests, settings, batch_size, on_batch, progress)
+        llm = _load_model(model, resolved, settings, vllm_kwargs)
+    _prepare_output_dir(output_dir, existing, overwrite, previous, dropped)
+    config_path.write_text(json.dumps(settings, indent=2) + "\n")
 
-    # 3. metrics over everything we have for the requested problems
+    # 3. generate, score and append, batch by batch
+    if todo_keys:
+        if resolved == "vllm":
+            _generate_vllm(llm, requests, settings, on_batch)
+        else:
+            _generate_transformers(llm, tok, requests, settings, batch_size, on_batch, progress)
+
+    # 4. metrics over everything we have for the requested problems
     metrics = compute_metrics(previous + new_records, problems)
     (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
     if plot:

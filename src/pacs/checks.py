@@ -1,0 +1,449 @@
+"""Checks of a user's own data, reward functions and model path, run before anything is generated.
+
+A training run that fails after the model has loaded and generated, with `KeyError: 'prompt'` from deep inside TRL or
+`TypeError: missing 1 required positional argument`, or one that "succeeds" with zero steps or a loss of 0 because no
+completion ever got a reward, costs a user far more than an error at start-up that names the fix. The functions here
+are pure (no trainer needed) so that `PACSTrainer`, `examples/train_qwen.py` and `pacs eval` share them:
+
+- [`check_train_dataset`]: the dataset has a `prompt` column and rows, and every reward function can be called with
+  the keywords TRL will pass it (its own, see [`TRL_REWARD_KWARGS`], plus the dataset's columns).
+- [`validate_reward_output`] / [`validated_reward_func`]: a reward function returned one number or `None` per
+  completion, not NaN, a string or a bare scalar.
+- [`UnlabeledBatchTracker`]: warns on every generation batch in which no completion got a reward, and stops the run
+  after [`MAX_UNLABELED_BATCHES`] such batches in a row.
+- [`check_model_path`]: a model argument that is meant as a local directory exists.
+
+>>> def my_reward(completions, answer, **kwargs):
+...     return [1.0 for _ in completions]
+>>> from datasets import Dataset
+>>> ds = Dataset.from_dict({"prompt": ["1+1?"], "solution": ["2"]})
+>>> check_train_dataset(ds, my_reward)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: The reward function my_reward needs the keyword `answer`, but train_dataset has no column 'answer' ...
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+import numbers
+import os
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MAX_UNLABELED_BATCHES",
+    "TRL_REWARD_KWARGS",
+    "UnlabeledBatchTracker",
+    "check_model_path",
+    "check_train_dataset",
+    "validate_reward_output",
+    "validated_reward_func",
+]
+
+TRL_REWARD_KWARGS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+"""Keywords TRL 1.16's `GRPOTrainer._calculate_rewards` passes to every reward function, besides the dataset columns
+(`environments` only with an `environment_factory`)."""
+
+_NOT_FORWARDED = frozenset({"prompt", "completion", "completion_ids"})
+"""Dataset columns TRL does not forward to reward functions as they are (it passes `prompts` and `completions`)."""
+
+MAX_UNLABELED_BATCHES = 3
+"""[`UnlabeledBatchTracker`] stops the run after this many consecutive generation batches without a single reward."""
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "name" or "owner/name"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The training set and the reward functions' signatures
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _callable_name(func: Callable) -> str:
+    while isinstance(func, functools.partial):
+        func = func.func
+    return getattr(func, "__name__", type(func).__name__)
+
+
+def _column_names(dataset) -> list[str] | None:
+    names = getattr(dataset, "column_names", None)
+    if names is None and getattr(dataset, "features", None) is not None:  # IterableDataset with known features
+        names = list(dataset.features)
+    return list(names) if names is not None else None
+
+
+def _rename_hint(missing: str, columns: Sequence[str]) -> str:
+    source = next((c for c in columns if c not in ("prompt", "id", "problem")), "<column>")
+    return (
+        f'dataset.rename_column("{source}", "{missing}") (or, to keep both, '
+        f'dataset.add_column("{missing}", dataset["{source}"]))'
+    )
+
+
+def check_train_dataset(
+    dataset,
+    reward_funcs: Callable | str | Sequence[Callable | str] | None = None,
+    reward_func_names: Sequence[str] | None = None,
+    name: str = "train_dataset",
+    remove_unused_columns: bool = False,
+    rollout_func: Callable | None = None,
+) -> None:
+    """Fail early, with the fix, when `dataset` cannot be trained on with `reward_funcs`.
+
+    Checks that `dataset` has a `prompt` column and at least one row, and that every callable reward function can be
+    called the way TRL calls it: with keywords only, namely [`TRL_REWARD_KWARGS`] and every dataset column except
+    `prompt`/`completion`/`completion_ids`. A required parameter (no default) that is none of these is a missing
+    column; a function without `**kwargs` must name every keyword TRL passes. Reward models (`nn.Module`s or
+    hub ids) are not checked. For an `IterableDataset` whose columns are unknown (no `features`), the column checks are
+    skipped rather than reading from a possibly streaming source; its length is never checked.
+
+    Args:
+        dataset (`datasets.Dataset`, `datasets.IterableDataset` or `None`):
+            The training (or evaluation) set; `None` is not checked.
+        reward_funcs (`Callable`, `str` or a list of them, *optional*):
+            The trainer's reward functions.
+        reward_func_names (`Sequence[str]`, *optional*):
+            Their display names (the trainer's `reward_func_names`); defaults to each function's `__name__`.
+        name (`str`, *optional*, defaults to `"train_dataset"`):
+            What to call the dataset in messages (e.g. `"eval_dataset"`).
+        remove_unused_columns (`bool`, *optional*, defaults to `False`):
+            The trainer's `args.remove_unused_columns`: when `True`, TRL keeps only `prompt` (and images), so no other
+            column reaches the reward functions.
+        rollout_func (`Callable`, *optional*):
+            The trainer's `rollout_func`. Its extra fields reach the reward functions too, so with one, a required
+            parameter that is no dataset column is not an error (the `**kwargs` check still runs).
+
+    Raises:
+        `ValueError`: naming the missing column or the empty dataset, the columns present and how to fix it.
+    """
+    if dataset is None:
+        return
+    columns = _column_names(dataset)
+    if columns is not None:
+        if "prompt" not in columns:
+            source = next((c for c in ("problem", "question", "messages", "query", "input") if c in columns), None)
+            fix = (
+                f'dataset.rename_column("{source}", "prompt")'
+                if source
+                else 'dataset.rename_column("<your column>", "prompt")'
+            )
+            raise ValueError(
+                f"{name} has no 'prompt' column (its columns are {columns}); TRL generates from `prompt`, a string or "
+                f"a list of {{'role', 'content'}} messages. Rename the column that holds the prompts, e.g. {fix}, "
+                "or load the data with `pacs.data.load_train_dataset(path, problem_column=..., answer_column=...)`."
+            )
+    if hasattr(dataset, "__len__") and not _is_iterable_dataset(dataset) and len(dataset) == 0:
+        raise ValueError(
+            f"{name} is empty (0 rows, columns {columns}), so there is nothing to train on. Check the file or split "
+            "you loaded, and any `limit` / `--dataset_limit` or filter applied to it."
+        )
+    if columns is None or reward_funcs is None:
+        return
+
+    funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
+    names = list(reward_func_names) if reward_func_names is not None else [None] * len(funcs)
+    kept = ["prompt"] if remove_unused_columns else columns
+    available = TRL_REWARD_KWARGS | (set(kept) - _NOT_FORWARDED)
+    for func, func_name in zip(funcs, names):
+        if isinstance(func, str) or not callable(func) or _is_module(func):
+            continue  # a reward model: TRL feeds it the text, not keywords
+        func_name = func_name or _callable_name(func)
+        try:
+            signature = inspect.signature(func)
+        except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to check
+            continue
+        params = signature.parameters.values()
+        passed = (TRL_REWARD_KWARGS - {"environments"}) | (set(kept) - _NOT_FORWARDED)
+        unexpected = sorted(passed - set(signature.parameters))
+        if unexpected and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            raise ValueError(
+                f"The reward function {func_name}{signature} does not take **kwargs, but TRL calls every reward "
+                f"function with the keywords {sorted(TRL_REWARD_KWARGS - {'environments'})} and every column of "
+                f"{name} ({columns}), so {unexpected} would be unexpected keyword arguments. Add **kwargs to its "
+                f"parameters: def {func_name}(completions, ..., **kwargs)."
+            )
+        for param in params:
+            if param.default is not inspect.Parameter.empty or param.kind in (
+                inspect.Parameter.VAR_POSITIONAL,
+                inspect.Parameter.VAR_KEYWORD,
+            ):
+                continue
+            if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+                raise ValueError(
+                    f"The reward function {func_name}{signature} has the positional-only parameter {param.name!r}, "
+                    "but TRL passes everything by keyword; make it a regular parameter (drop the `/`)."
+                )
+            if param.name in available or rollout_func is not None:
+                continue
+            if param.name in ("prompt", "completion"):
+                raise ValueError(
+                    f"The reward function {func_name} needs the keyword `{param.name}`, which TRL never passes: it "
+                    f"passes the prompts as `prompts` and the completions as `completions`. Rename the parameter to "
+                    f"`{param.name}s`."
+                )
+            if param.name in columns:  # remove_unused_columns=True dropped it
+                raise ValueError(
+                    f"The reward function {func_name} needs the column {param.name!r}, but remove_unused_columns=True "
+                    "makes TRL drop every column but 'prompt' before the reward functions see it; set "
+                    "remove_unused_columns=False (GRPOConfig's default)."
+                )
+            raise ValueError(
+                f"The reward function {func_name} needs the keyword `{param.name}`, but {name} has no column "
+                f"{param.name!r} (its columns are {columns}); TRL passes each dataset column to the reward functions "
+                f"under its own name. Rename the column that holds it, e.g. {_rename_hint(param.name, columns)}, or "
+                f"map it in the reward function: functools.partial({func_name}, {param.name}=...) for a constant, or "
+                f"lambda completions, **kw: {func_name}(completions, {param.name}=kw['<column>'], **kw)."
+            )
+
+
+def _is_module(obj: Any) -> bool:
+    try:
+        from torch import nn
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+    return isinstance(obj, nn.Module)
+
+
+def _is_iterable_dataset(dataset: Any) -> bool:
+    try:
+        from datasets import IterableDataset
+    except ImportError:  # pragma: no cover - datasets is a dependency
+        return False
+    return isinstance(dataset, IterableDataset)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What a reward function returns
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, (str, bytes)):
+        return False
+    if isinstance(value, numbers.Real):  # float, int, bool, numpy scalars
+        return True
+    return getattr(value, "ndim", None) == 0 and hasattr(value, "item")  # a 0-d torch tensor or numpy array
+
+
+def validate_reward_output(func_name: str, output: Any, num_completions: int) -> None:
+    """Check that a reward function returned one finite number or `None` for each of `num_completions` completions.
+
+    A list, a tuple, or a 1-d numpy array / torch tensor is accepted; elements may be `float`, `int`, `bool`, numpy
+    scalars, 0-d tensors, or `None` ("no reward for this completion": TRL skips it). NaN is refused rather than read as
+    `None`, because it usually means a bug in the reward (0 / 0, a failed parse) that should not pass silently.
+
+    >>> validate_reward_output("my_reward", [1.0, None, 0], 3)
+    >>> validate_reward_output("my_reward", [1.0, float("nan")], 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: The reward function my_reward returned nan for completion 1 of 2; return None to skip a completion, or a finite number.
+
+    Args:
+        func_name (`str`):
+            The reward function's name, for the message.
+        output (`Any`):
+            What it returned.
+        num_completions (`int`):
+            How many completions it was given.
+
+    Raises:
+        `ValueError`: naming the function, the first offending index and its value.
+    """
+    if isinstance(output, (str, bytes)) or _is_number(output) or output is None:
+        raise ValueError(
+            f"The reward function {func_name} returned {output!r} instead of a list with one reward per completion "
+            f"({num_completions} here); return e.g. [1.0, 0.0, None, ...] with None for a completion it cannot score."
+        )
+    if getattr(output, "ndim", 1) != 1 or not hasattr(output, "__len__"):
+        shape = tuple(getattr(output, "shape", ())) or type(output).__name__
+        raise ValueError(
+            f"The reward function {func_name} returned {shape} instead of a list with one reward per completion "
+            f"({num_completions} here)."
+        )
+    if len(output) != num_completions:
+        raise ValueError(
+            f"The reward function {func_name} returned {len(output)} rewards for {num_completions} completions; it must "
+            "return exactly one per completion (None for one it cannot score), in the order of `completions`."
+        )
+    for i, value in enumerate(output):
+        if value is None:
+            continue
+        if not _is_number(value):
+            raise ValueError(
+                f"The reward function {func_name} returned {value!r} ({type(value).__name__}) for completion {i} of "
+                f"{num_completions}; each reward must be a number (float, int or bool) or None to skip the completion"
+                + (", e.g. float(value)." if isinstance(value, (str, bytes)) else ".")
+            )
+        number = float(value)
+        if not math.isfinite(number):
+            raise ValueError(
+                f"The reward function {func_name} returned {number} for completion {i} of {num_completions}; return "
+                "None to skip a completion, or a finite number."
+            )
+
+
+def validated_reward_func(func: Callable) -> Callable:
+    """Wrap a reward function so that its output goes through [`validate_reward_output`] before TRL reads it.
+
+    The wrapper keeps `__name__` (TRL names the logged reward metric after it), the signature (`functools.wraps`) and
+    async-ness: TRL 1.16 runs async reward functions on its event loop, so an `async def` stays an `async def`.
+    Reward models (`nn.Module`), strings and already wrapped functions are returned unchanged.
+
+    Args:
+        func (`Callable`):
+            A reward function `f(completions, ..., **kwargs) -> list[float | None]`.
+
+    Returns:
+        `Callable`: the wrapped function.
+    """
+    if isinstance(func, str) or not callable(func) or _is_module(func) or getattr(func, "_pacs_validated", False):
+        return func
+    name = _callable_name(func)
+    from trl.trainer.utils import is_async_callable
+
+    def num_completions(args, kwargs) -> int:
+        completions = kwargs.get("completions", args[0] if args else None)
+        return len(completions) if completions is not None else 0
+
+    if is_async_callable(func):
+
+        @functools.wraps(func)
+        async def wrapper(*args, **kwargs):
+            output = await func(*args, **kwargs)
+            validate_reward_output(name, output, num_completions(args, kwargs))
+            return output
+
+    else:
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            output = func(*args, **kwargs)
+            validate_reward_output(name, output, num_completions(args, kwargs))
+            return output
+
+    wrapper.__name__ = name  # partials and callable instances have no __name__ for functools.wraps to copy
+    wrapper._pacs_validated = True
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Batches without a single reward
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class UnlabeledBatchTracker:
+    """Warns on every generation batch in which no completion got a reward, and stops a run where that persists.
+
+    A completion whose reward functions all returned `None` carries no label and no gradient; a batch of only such
+    completions trains nothing, and a run of them finishes "successfully" with loss 0. Call [`update`] once per
+    generation batch with the global counts (the same on every rank, e.g. after TRL's gather, so that every rank
+    raises together).
+
+    >>> tracker = UnlabeledBatchTracker(patience=2)
+    >>> tracker.update(num_scorable=3, num_completions=8)
+    >>> tracker.consecutive
+    0
+
+    Args:
+        patience (`int`, *optional*, defaults to `MAX_UNLABELED_BATCHES` (3)):
+            Consecutive unlabeled batches (per mode) after which [`update`] raises.
+    """
+
+    def __init__(self, patience: int = MAX_UNLABELED_BATCHES):
+        if patience < 1:
+            raise ValueError(f"patience must be at least 1, got {patience}.")
+        self.patience = patience
+        self._consecutive: dict[str, int] = {}
+
+    @property
+    def consecutive(self) -> int:
+        """Consecutive unlabeled training batches so far."""
+        return self._consecutive.get("train", 0)
+
+    def update(self, num_scorable: int, num_completions: int, mode: str = "train") -> None:
+        """Record one generation batch: `num_scorable` of its `num_completions` completions got a reward.
+
+        Raises:
+            `RuntimeError`: after `patience` consecutive batches of `mode` with `num_scorable == 0`.
+        """
+        if num_scorable > 0 or num_completions == 0:
+            self._consecutive[mode] = 0
+            return
+        count = self._consecutive.get(mode, 0) + 1
+        self._consecutive[mode] = count
+        logger.warning(
+            "No completion of this %s generation batch got a reward: every reward function returned None for all %d "
+            "completions (%d such batch(es) in a row; the run stops at %d). These completions carry no label.",
+            mode,
+            num_completions,
+            count,
+            self.patience,
+        )
+        if count >= self.patience:
+            raise RuntimeError(
+                f"{count} consecutive {mode} generation batches ({num_completions} completions each) got no reward at "
+                "all: every reward function returned None for every completion, so nothing is being learned. Check "
+                "that the reward functions return numbers for these completions: call one on a few completions and "
+                "the dataset's columns, e.g. math_reward(['\\\\boxed{2}'], solution=['2']) -> [1.0]; a None for every "
+                "completion usually means a gold answer that does not parse or a column holding the wrong field "
+                "(a worked solution instead of the final answer)."
+            )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The model argument
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def check_model_path(name_or_path: str | os.PathLike) -> str:
+    """Fail clearly when a model argument meant as a local directory does not exist; pass hub ids through untouched.
+
+    An existing path is returned as given. A string that cannot be a hub id (`"name"` or `"owner/name"`) is an error:
+    it starts with `.`, `/` or `~`, holds a backslash or more than one `/`, or its first segment is an existing local
+    directory (`outputs/run-1` when `outputs/` exists). Nothing is looked up on the hub.
+
+    >>> check_model_path("Qwen/Qwen3-4B-Base")
+    'Qwen/Qwen3-4B-Base'
+    >>> check_model_path("/no/such/checkpoint")
+    Traceback (most recent call last):
+    ...
+    ValueError: No such model directory or hub id: '/no/such/checkpoint' (no directory /no/such/checkpoint). Pass an existing local model directory (with config.json) or a hub id such as 'Qwen/Qwen3-4B-Base'.
+
+    Args:
+        name_or_path (`str` or `os.PathLike`):
+            A local directory or a hub model id.
+
+    Returns:
+        `str`: `name_or_path`, unchanged.
+
+    Raises:
+        `ValueError`: "No such model directory or hub id: ...", with what was looked for.
+    """
+    text = os.fspath(name_or_path)
+    if os.path.exists(os.path.expanduser(text)):
+        return text
+    first = text.split("/", 1)[0]
+    looks_local = (
+        isinstance(name_or_path, os.PathLike)
+        or text.startswith((".", "/", "~"))
+        or "\\" in text
+        or text.count("/") > 1
+        or text.endswith("/")
+        or ("/" in text and os.path.isdir(first))
+        or not _HUB_ID.match(text)
+    )
+    if not looks_local:
+        return text
+    raise ValueError(
+        f"No such model directory or hub id: {text!r} (no directory {os.path.abspath(os.path.expanduser(text))}). "
+        "Pass an existing local model directory (with config.json) or a hub id such as 'Qwen/Qwen3-4B-Base'."
+    )

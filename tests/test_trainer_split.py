@@ -1,0 +1,125 @@
+"""Tests of `PACSTrainer`'s split path: groups that straddle micro-batches (and processes) get the exact whole-group
+gradient. Plain SGD (no momentum, no clipping) in float32, so the parameters after training are a function of the
+summed gradients alone."""
+
+import pytest
+import torch
+from datasets import Dataset
+
+from pacs import PACSTrainer
+from pacs.testing import tiny_pacs_config
+from pacs.trainer import check_split_layout
+
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2) for c in completions]
+
+
+def prompts(n=32):
+    return Dataset.from_dict({"prompt": [f"What is {i} + {3 * i}?" for i in range(n)]})
+
+
+def train(model_dir, tmp_path, name, **overrides):
+    """Train and return (initial parameters, final parameters, trainer)."""
+    settings = dict(
+        optim="sgd",
+        learning_rate=0.2,
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,  # no clipping: the update is lr x gradient
+        num_generations=4,
+        max_completion_length=8,
+        seed=1,
+    )
+    args = tiny_pacs_config(tmp_path / name, **{**settings, **overrides})
+    trainer = PACSTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
+    trainer.train()
+    after = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+    return before, after, trainer
+
+
+def relative_gap(reference, other):
+    before, after, _ = reference
+    return ((other[1] - after).norm() / (after - before).norm()).item()
+
+
+# Whole groups per micro-batch (P=4) vs P = 1, 2, 3 with G = 4, same generations and optimizer steps.
+LAYOUTS = {
+    # 3 prompts per generation, 3 optimizer steps per generation (steps 2 and 3 off-policy)
+    "steps": (
+        dict(per_device_train_batch_size=4, gradient_accumulation_steps=1, steps_per_generation=3, max_steps=3),
+        [(1, 4, 12), (2, 2, 6)],
+    ),
+    # one optimizer step per pass over the generation batch, two passes (num_iterations=2: the second off-policy)
+    "iterations": (
+        dict(
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=3,
+            steps_per_generation=3,
+            num_iterations=2,
+            max_steps=2,
+        ),
+        [(3, 4, 4), (1, 12, 12)],
+    ),
+}
+
+
+@pytest.mark.parametrize("score", ["rloo", "grpo", "naive"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_split_path_matches_whole_groups(tiny_model_dir, tmp_path, layout, score):
+    whole, splits = LAYOUTS[layout]
+    reference = train(tiny_model_dir, tmp_path, "whole", pacs_score=score, **whole)
+    assert not reference[2]._pacs_split
+    logs = [e for e in reference[2].state.log_history if "pacs/psi_std" in e]
+    assert logs[-1]["pacs/psi_std"] > 1e-3  # the comparison covers off-policy steps where psi != 0
+    shared = {k: v for k, v in whole.items() if k not in ("per_device_train_batch_size", "gradient_accumulation_steps")}
+    for P, GA, S in splits:
+        shared["steps_per_generation"] = S
+        split = train(
+            tiny_model_dir, tmp_path, f"split{P}", pacs_score=score, per_device_train_batch_size=P,
+            gradient_accumulation_steps=GA, **shared,
+        )  # fmt: skip
+        assert split[2]._pacs_split
+        assert relative_gap(reference, split) < 1e-5, (P, GA, S)
+        split_logs = [e for e in split[2].state.log_history if "pacs/psi_std" in e]
+        # metrics over the step's whole groups (the whole-group path averages equal-sized micro-batches: same means)
+        for key in ("pacs/loss", "pacs/label_mean", "pacs/critic_accuracy", "pacs/psi_mean"):
+            assert [e[key] for e in split_logs] == pytest.approx([e[key] for e in logs], rel=1e-4, abs=1e-5), key
+
+
+def test_split_path_on_policy_step_needs_no_extra_forward(tiny_model_dir, tmp_path):
+    args = dict(per_device_train_batch_size=1, gradient_accumulation_steps=4, steps_per_generation=8, max_steps=2)
+    counts = []
+    original = PACSTrainer._per_token_logps
+
+    def counting(self, model, inputs, **kwargs):
+        counts.append(torch.is_grad_enabled())
+        return original(self, model, inputs, **kwargs)
+
+    PACSTrainer._per_token_logps = counting
+    try:
+        train(tiny_model_dir, tmp_path, "count", **args)
+    finally:
+        PACSTrainer._per_token_logps = original
+    # step 1 (on-policy): 4 forwards with grad; step 2 (off-policy): first 4 without grad for r, then 4 with grad
+    assert counts == [True] * 4 + [False] * 4 + [True] * 4
+
+
+def test_check_split_layout_names_a_valid_setting():
+    check_split_layout(1, 8, 32, 1, 8)
+    check_split_layout(2, 4, 16, 1, 8)
+    check_split_layout(3, 1, 1, 4, 4)  # groups span processes, one optimizer step per generation
+    with pytest.raises(ValueError, match=r"gradient_accumulation_steps=8 .*steps_per_generation=32"):
+        check_split_layout(1, 2, 8, 1, 8)
+    with pytest.raises(ValueError, match=r"gradient_accumulation_steps=4"):
+        check_split_layout(2, 1, 4, 8, 8)
+    with pytest.raises(ValueError, match=r"multiple of gradient_accumulation_steps \(4\)"):
+        check_split_layout(1, 4, 6, 1, 4)
+
+
+def test_split_layout_is_checked_when_the_trainer_is_built(tiny_model_dir, tmp_path):
+    args = tiny_pacs_config(
+        tmp_path / "bad", per_device_train_batch_size=2, gradient_accumulation_steps=4, steps_per_generation=6
+    )
+    with pytest.raises(ValueError, match=r"steps_per_generation \(6\) must be a multiple of gradient_accumulation"):
+        PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
