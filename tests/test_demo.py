@@ -13,7 +13,7 @@ import pytest
 
 from pacs import models
 from pacs.cli import main
-from pacs.demo import format_table, wilson_interval
+from pacs.demo import format_table, paired_change, wilson_interval
 from pacs.tasks import FEW_SHOT, PROBLEM_KINDS, SYSTEM_PROMPT, make_arithmetic_dataset
 
 
@@ -102,11 +102,46 @@ def test_demo_pipeline_on_tiny_model(tiny_model_dir, tmp_path, capsys):
     assert [step for step, _ in metrics["per_step"]["reward"]] == [1]
     assert [step for step, _ in metrics["per_step"]["critic_accuracy"]] == [2]
     assert [step for step, _ in metrics["per_step"]["pacs_loss"]] == [1, 2]
-    assert metrics["wall_time_s"] > 0
+    assert metrics["wall_time_s"] > 0 and metrics["cpu_time_s"] > 0 and metrics["algorithm"] == "pacs"
+    change = metrics["change"]  # paired: same problems before and after
+    assert (
+        change["n"] == 6
+        and change["fixed"] - change["broken"] == metrics["after"]["correct"] - metrics["before"]["correct"]
+    )
+    assert change["ci95"][0] <= change["change"] <= change["ci95"][1]
+    assert len(metrics["per_step"]["grad_norm"]) == 2
 
     table = capsys.readouterr().out
     assert table.startswith(format_table(metrics).splitlines()[0])
     assert "held-out accuracy" in table and "change" in table
+
+
+def test_paired_change():
+    before = {"per_problem": [1] * 30 + [0] * 70}
+    after = {"per_problem": [1] * 28 + [0] * 2 + [1] * 12 + [0] * 58}  # 12 fixed, 2 broken
+    c = paired_change(before, after)
+    assert (c["fixed"], c["broken"], c["n"]) == (12, 2, 100) and c["change"] == pytest.approx(0.10)
+    # Wald interval of the paired difference: 1.96 * sqrt(14 - 100 * 0.1^2) / 100
+    assert c["ci95"] == pytest.approx([0.10 - 0.0392, 0.10 + 0.0392], abs=1e-4)
+    assert paired_change(before, before)["ci95"] == [0.0, 0.0]
+
+
+def test_trainer_config_differs_only_in_the_algorithm(tmp_path):
+    from argparse import Namespace
+
+    from pacs.demo import trainer_config
+
+    args = Namespace(
+        max_steps=3, prompts_per_step=2, num_generations=4, steps_per_generation=4, max_completion_length=8,
+        temperature=0.8, learning_rate=1e-4, seed=5, pacs_beta=2.0,
+    )  # fmt: skip
+    pacs, grpo, rloo = (trainer_config(args, str(tmp_path), a) for a in ("pacs", "grpo", "rloo"))
+    assert type(grpo).__name__ == "GRPOConfig" and type(rloo).__name__ == "RLOOConfig" and pacs.pacs_beta == 2.0
+    for name in ("max_steps", "per_device_train_batch_size", "steps_per_generation", "learning_rate", "seed", "beta"):
+        assert getattr(pacs, name) == getattr(grpo, name) == getattr(rloo, name)
+    assert grpo.beta == 0.0 and grpo.steps_per_generation == 4
+    with pytest.raises(ValueError, match="Unknown algorithm"):
+        trainer_config(args, str(tmp_path), "ppo")
 
 
 @pytest.mark.skipif(

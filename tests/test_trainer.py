@@ -316,6 +316,57 @@ def test_deepspeed_zero3_on_cpu(tiny_model_dir, tmp_path):
     assert len(logs) == 3 and all("pacs/loss" in e for e in logs)
 
 
+SPLIT_SCRIPT = Path(__file__).parent / "scripts" / "train_split.py"
+
+
+def _split_run(tmp_path, name, launcher, model_dir, *numbers):
+    out = tmp_path / name / "out"
+    out.mkdir(parents=True)
+    records = _launch([*launcher, str(SPLIT_SCRIPT), model_dir, str(out), *map(str, numbers)], tmp_path / name)
+    params = [torch.load(out / f"params{r['rank']}.pt") for r in records]
+    return records, params
+
+
+@pytest.mark.distributed
+def test_split_groups_across_two_processes_match_one_process(tiny_model_dir, tmp_path):
+    # 12 rows = 3 groups of 4 per generation; 6 per process, so group 1 spans the two ranks; one optimizer step per
+    # pass and num_iterations=2, so the second step is off-policy (psi != 0). Completions are a fixed function of
+    # (prompt, position in the group), so both runs see the same ones; rank 1 holds only rows of uniform groups.
+    two = [*_accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    records, params = _split_run(tmp_path, "two", [*two, "--main_process_port", "29521"], tiny_model_dir, 6, 1, 1, 2)
+    (whole,), (whole_params,) = _split_run(tmp_path, "one", [sys.executable], tiny_model_dir, 12, 1, 1, 2)
+    assert [r["world_size"] for r in records] == [2, 2] and all(r["split"] for r in records) and not whole["split"]
+    assert all(label == 0.0 for step in records[1]["labels"] for label in step)  # rank 1: uniform groups only
+    assert sorted(records[0]["labels"][0] + records[1]["labels"][0]) == sorted(whole["labels"][0])
+    update = whole_params["after"] - whole_params["before"]
+    assert update.norm() > 0
+    for p in params:  # both ranks hold the same parameters, equal to the one-process update
+        assert ((p["after"] - whole_params["after"]).norm() / update.norm()).item() < 1e-5
+    logs = [e for e in records[0]["log_history"] if "pacs/loss" in e]
+    whole_logs = [e for e in whole["log_history"] if "pacs/loss" in e]
+    assert logs[1]["pacs/psi_std"] > 0.1
+    assert [e["pacs/loss"] for e in logs] == pytest.approx([e["pacs/loss"] for e in whole_logs], rel=1e-5)
+
+
+@pytest.mark.distributed
+def test_split_groups_under_deepspeed_zero3_with_batch_1(tiny_model_dir, tmp_path):
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU)
+    launcher = [*_accelerate(), "launch", "--config_file", str(tmp_path / "zero3_cpu.yaml")]
+    launcher += ["--main_process_port", "29522"]
+    # per-device batch 1, G=4: 4 micro-batches per optimizer step, 2 optimizer steps per generation
+    (record,), _ = _split_run(tmp_path, "z3", launcher, tiny_model_dir, 1, 4, 8, 1)
+    assert record["zero_stage"] == 3 and record["split"] and record["update_norm"] > 0
+    logs = [e for e in record["log_history"] if "pacs/loss" in e]
+    assert len(logs) == 2 and logs[1]["pacs/psi_std"] > 0
+
+
+def test_split_groups_with_lora_and_batch_1(tiny_model_dir, tmp_path):
+    (record,), (params,) = _split_run(tmp_path, "lora", [sys.executable], tiny_model_dir, 1, 4, 8, 1, "--lora")
+    assert record["split"] and record["update_norm"] > 0
+    changed = (params["after"] != params["before"]).sum().item()
+    assert 0 < changed < params["after"].numel() // 4  # only the adapters (q_proj, v_proj, rank 4) moved
+
+
 def test_docstring_examples_run(tiny_model_dir):
     import doctest
 

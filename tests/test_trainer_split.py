@@ -2,6 +2,9 @@
 gradient. Plain SGD (no momentum, no clipping) in float32, so the parameters after training are a function of the
 summed gradients alone."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from datasets import Dataset
@@ -19,7 +22,20 @@ def prompts(n=32):
     return Dataset.from_dict({"prompt": [f"What is {i} + {3 * i}?" for i in range(n)]})
 
 
-def train(model_dir, tmp_path, name, **overrides):
+def sometimes_none_reward(completions, **kwargs):
+    """Parity, but unscorable (None) for every fifth completion."""
+    return [None if i % 5 == 2 else float(len(c) % 2) for i, c in enumerate(completions)]
+
+
+sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+from train_split import FixedCompletions  # noqa: E402
+
+
+class FixedAndTruncated(FixedCompletions):
+    truncate_every = 5
+
+
+def train(model_dir, tmp_path, name, reward=parity_reward, trainer_cls=PACSTrainer, **overrides):
     """Train and return (initial parameters, final parameters, trainer)."""
     settings = dict(
         optim="sgd",
@@ -31,7 +47,7 @@ def train(model_dir, tmp_path, name, **overrides):
         seed=1,
     )
     args = tiny_pacs_config(tmp_path / name, **{**settings, **overrides})
-    trainer = PACSTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    trainer = trainer_cls(model=model_dir, reward_funcs=reward, args=args, train_dataset=prompts())
     before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
     trainer.train()
     after = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
@@ -85,6 +101,28 @@ def test_split_path_matches_whole_groups(tiny_model_dir, tmp_path, layout, score
         # metrics over the step's whole groups (the whole-group path averages equal-sized micro-batches: same means)
         for key in ("pacs/loss", "pacs/label_mean", "pacs/critic_accuracy", "pacs/psi_mean"):
             assert [e[key] for e in split_logs] == pytest.approx([e[key] for e in logs], rel=1e-4, abs=1e-5), key
+
+
+@pytest.mark.parametrize("class_weight", ["balanced", None])
+def test_split_path_matches_with_kl_unscorable_and_truncated_rows(tiny_model_dir, tmp_path, class_weight):
+    # TRL's KL term, rows without a reward (weight 0) and truncated rows emptied by mask_truncated_completions (out
+    # of the group statistics), with gradient checkpointing in the split run
+    extra = dict(
+        beta=0.1, mask_truncated_completions=True, pacs_class_weight=class_weight, steps_per_generation=3,
+        max_steps=3, trainer_cls=FixedAndTruncated,
+    )  # fmt: skip
+    whole = train(
+        tiny_model_dir, tmp_path, "whole", sometimes_none_reward, per_device_train_batch_size=4,
+        gradient_accumulation_steps=1, **extra,
+    )  # fmt: skip
+    split = train(
+        tiny_model_dir, tmp_path, "split", sometimes_none_reward, per_device_train_batch_size=2,
+        gradient_accumulation_steps=2, gradient_checkpointing=True, **{**extra, "steps_per_generation": 6},
+    )  # fmt: skip
+    assert relative_gap(whole, split) < 1e-5
+    logs = [e for e in split[2].state.log_history if "kl" in e]
+    assert logs and logs[-1]["kl"] > 0 and logs[-1]["pacs/psi_std"] > 0
+    assert 0 < logs[0]["completions/clipped_ratio"] < 0.5
 
 
 def test_split_path_on_policy_step_needs_no_extra_forward(tiny_model_dir, tmp_path):

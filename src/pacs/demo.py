@@ -37,7 +37,7 @@ ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer
 # Chosen from a profile on 2 CPU cores (benchmarks/results/demo.md): a training step costs ~12 s (forward+backward
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
-DEFAULTS = {"max_steps": 32, "steps_per_generation": 4, "num_eval": 200}
+DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

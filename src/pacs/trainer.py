@@ -32,6 +32,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.trainer import grpo_trainer as _grpo_module
 from trl.trainer.utils import get_config_model_id
 
+from .checks import UnlabeledBatchTracker, check_model_path, check_train_dataset, validated_reward_func
 from .config import PACSConfig
 from .labels import reward_to_label
 from .loss import compute_reward_proxy, pacs_coefficients, pacs_loss
@@ -113,7 +114,7 @@ def check_split_layout(
     >>> check_split_layout(1, 8, 32, 1, 8)  # one GPU, 8 micro-batches of 1 per optimizer step, 4 steps per generation
     >>> check_split_layout(2, 1, 1, 4, 8)  # 4 processes x 2 rows: one group spans all of them, 1 step per generation
     """
-    P, GA, S, W, G = per_device_batch, grad_accum, steps_per_generation, world_size, num_generations
+    P, GA, S, G = per_device_batch, grad_accum, steps_per_generation, num_generations  # any world_size works
     if S % GA != 0:
         raise ValueError(
             f"per_device_train_batch_size ({P}) is not a multiple of num_generations ({G}), so groups are split over "
@@ -178,6 +179,8 @@ class PACSTrainer(GRPOTrainer):
     _name = "PACS"
 
     def __init__(self, model, reward_funcs=None, args: PACSConfig | None = None, **kwargs):
+        if isinstance(model, str):
+            check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = PACSConfig(f"{model_name.split('/')[-1]}-PACS")
@@ -202,7 +205,18 @@ class PACSTrainer(GRPOTrainer):
         self._pacs_generation_rows = args.generation_batch_size  # rows of one generation batch over all processes
         self._pacs_split_coef: torch.Tensor | None = None  # (generation_batch_size,) c of the current optimizer step
         self._pacs_split_loss: torch.Tensor | None = None
+        # The user's data against the reward functions, before the model loads or anything is generated
+        for name in ("train_dataset", "eval_dataset"):
+            data = kwargs.get(name)
+            for key, dataset in data.items() if isinstance(data, dict) else [(None, data)]:
+                check_train_dataset(
+                    dataset, reward_funcs, name=name if key is None else f"{name}[{key!r}]",
+                    remove_unused_columns=args.remove_unused_columns, rollout_func=kwargs.get("rollout_func"),
+                )  # fmt: skip
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
+        self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
+        self._unlabeled_batches = UnlabeledBatchTracker()
 
     def evaluate(self, *args, **kwargs):
         # GRPOTrainer computes its group advantages in evaluation too: the eval batch over all processes must hold
@@ -227,6 +241,10 @@ class PACSTrainer(GRPOTrainer):
         )  # (B_glob, F), each function's score mapped to [0, 1] (identity for "none")
         weights = self.reward_weights.to(rewards_per_func.device)
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,)
+        # gathered counts, so every process warns or stops together
+        self._unlabeled_batches.update(
+            int(scorable.sum()), scorable.numel(), "train" if self.model.training else "eval"
+        )
         labels = (labels_per_func * weights.unsqueeze(0)).nansum(dim=1)  # (B_glob,)
         bad = scorable & ((labels < 0) | (labels > 1) | ~torch.isfinite(labels))
         if bad.any():
@@ -414,7 +432,9 @@ class PACSTrainer(GRPOTrainer):
             on_policy = self._step % (S * self.num_iterations) < GA
             index, rewards, labels, weight, valid = [], [], [], [], []
             for batch in batches:
-                mask = batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
+                mask = (
+                    batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
+                )
                 old = batch.get("old_per_token_logps")
                 if on_policy or (old is None and self.args.pacs_reward_proxy == "log_ratio"):
                     r = torch.zeros(mask.size(0), device=mask.device)

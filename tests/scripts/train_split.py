@@ -1,0 +1,110 @@
+"""Train PACS on the tiny model with groups split over micro-batches (and processes); launched by
+tests/test_trainer_split.py.
+
+accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_split.py MODEL_DIR OUT_DIR P GA S ITERATIONS
+python tests/scripts/train_split.py MODEL_DIR OUT_DIR 12 1 1 2          # the same run in one process, whole groups
+accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_split.py MODEL_DIR OUT_DIR 1 4 8 1
+
+Completions are a fixed function of (prompt, position in its group), not sampled, so that one process and two see
+identical completions and labels: group g of each generation batch is mixed (two odd, two even lengths) when g % 3 == 0 and uniform otherwise (so
+with 12 rows over 2 processes, rank 1 holds only rows of uniform groups).
+"""
+
+import json
+import os
+import sys
+
+import torch
+from datasets import Dataset
+
+from pacs import PACSTrainer
+from pacs.testing import tiny_pacs_config
+
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2) for c in completions]
+
+
+class FixedCompletions(PACSTrainer):
+    truncate_every = 0  # > 0: every n-th row gets no EOS (truncated; emptied by mask_truncated_completions)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations):
+        n = len(prompt_ids)
+        start = self.accelerator.process_index * n  # row number in the generation batch over all processes
+        tokenizer = self.processing_class
+        letters = [tokenizer.convert_tokens_to_ids(c) for c in "abcdefgh"]
+        completion_ids = []
+        for j, ids in enumerate(prompt_ids):
+            row = start + j
+            gen = torch.Generator().manual_seed(sum(ids) * 1000 + row % num_generations)
+            mixed = (row // num_generations) % 3 == 0  # lengths of both parities in a mixed group, all even otherwise
+            length = 1 + row % 2 + 2 * int(torch.randint(0, 3, (1,), generator=gen)) if mixed else 4
+            tokens = [letters[int(k)] for k in torch.randint(0, len(letters), (length,), generator=gen)]
+            truncated = self.truncate_every and row % self.truncate_every == self.truncate_every // 2
+            completion_ids.append(tokens if truncated else tokens + [tokenizer.eos_token_id])
+        return completion_ids, None
+
+
+def flat_parameters(trainer) -> torch.Tensor:
+    params = [p for p in trainer.model.parameters()]
+    if trainer.is_deepspeed_enabled or any(getattr(p, "ds_numel", None) for p in params):
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(params):
+            return torch.cat([p.detach().flatten().clone() for p in params])
+    return torch.cat([p.detach().flatten().clone() for p in params])
+
+
+def main(model_dir, out_dir, per_device, grad_accum, steps_per_generation, iterations, lora=False) -> None:
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(64)]})
+    args = tiny_pacs_config(
+        out_dir,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=grad_accum,
+        steps_per_generation=steps_per_generation,
+        num_iterations=iterations,
+        max_steps=2,
+        optim="sgd",
+        learning_rate=0.2,
+        lr_scheduler_type="constant",
+        max_grad_norm=0.0,
+        seed=1,
+    )
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = FixedCompletions(
+        model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset, peft_config=peft_config
+    )
+    labels = []
+    compute_loss = trainer._compute_loss
+
+    def spy(model, inputs):
+        labels.append(inputs["pacs_labels"].tolist())
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = spy
+    before = flat_parameters(trainer)
+    trainer.train()
+    after = flat_parameters(trainer)
+    rank = trainer.accelerator.process_index
+    record = {
+        "rank": rank,
+        "world_size": trainer.accelerator.num_processes,
+        "split": trainer._pacs_split,
+        "zero_stage": trainer.accelerator.state.deepspeed_plugin.zero_stage if trainer.is_deepspeed_enabled else None,
+        "labels": labels,
+        "log_history": trainer.state.log_history,
+        "update_norm": (after - before).norm().item(),
+    }
+    torch.save({"before": before, "after": after}, os.path.join(out_dir, f"params{rank}.pt"))
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+if __name__ == "__main__":
+    model_dir, out_dir, *numbers = sys.argv[1:]
+    lora = "--lora" in numbers
+    main(model_dir, out_dir, *[int(x) for x in numbers if x != "--lora"], lora=lora)
