@@ -235,7 +235,9 @@ def test_coefficients_match_autograd_through_the_loss(score, class_weight, case)
     torch.testing.assert_close(coef, expected, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(loss_c, loss.detach())
     # a different normalizer (rows of the optimizer step over all processes) rescales both
-    coef2, loss2, _ = pacs_coefficients(rewards, labels, G, score, class_weight, sample_weight, valid, normalizer=3 * B)
+    coef2, loss2, _ = pacs_coefficients(
+        rewards, labels, G, score, class_weight, sample_weight, valid, normalizer=3 * B
+    )
     torch.testing.assert_close(coef2, expected / 3, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(loss2, loss.detach() / 3)
 

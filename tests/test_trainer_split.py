@@ -88,7 +88,9 @@ def test_split_path_matches_whole_groups(tiny_model_dir, tmp_path, layout, score
     assert not reference[2]._pacs_split
     logs = [e for e in reference[2].state.log_history if "pacs/psi_std" in e]
     assert logs[-1]["pacs/psi_std"] > 1e-3  # the comparison covers off-policy steps where psi != 0
-    shared = {k: v for k, v in whole.items() if k not in ("per_device_train_batch_size", "gradient_accumulation_steps")}
+    shared = {
+        k: v for k, v in whole.items() if k not in ("per_device_train_batch_size", "gradient_accumulation_steps")
+    }
     for P, GA, S in splits:
         shared["steps_per_generation"] = S
         split = train(
