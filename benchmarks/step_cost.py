@@ -4,6 +4,7 @@
     python benchmarks/step_cost.py --device cuda --model-config qwen3-1.7b  # GPU: random Qwen3-1.7B in bf16
     python benchmarks/step_cost.py --loss-only                              # pacs_loss alone at 8192 x 4096
     python benchmarks/step_cost.py --ab                                     # loss+backward A/B/C in one process
+    python benchmarks/step_cost.py --split                                  # split groups: batch 1/2/4 vs 8
     python benchmarks/step_cost.py --smoke                                  # one tiny iteration (the smoke test)
     python benchmarks/step_cost.py --report-only                            # redo step_cost.md from step_cost.json
 
@@ -22,6 +23,13 @@ Steps:
    is dropped. `compute_loss` (forward + loss, no backward) is also timed on its own.
 4. The parent prints and writes a table of ratios to GRPO (min / median / max over repetitions) to
    `--out-dir/step_cost[_<mode>].{json,md}`.
+
+`--split` measures PACS's split path (a micro-batch holding part of a group) against the whole-group path and
+against GRPO at the same per-device batch: one group of `num_generations` = 8 completions per optimizer step, as
+per-device batch 8 x accumulation 1, 4 x 2, 2 x 4 and 1 x 8, with 4 optimizer steps per generation, completions fixed
+at 256 tokens so that activations dominate the step. The first optimizer step after a generation is on-policy
+(PACS's reward proxy is 0: no extra forward); the others are off-policy (one extra no-grad forward over the step's
+micro-batches for the whole-group coefficients); both are reported. Results: `split_cost.{json,md}`.
 
 `--loss-only` times `pacs_loss` forward+backward for 8192 completions x 4096 tokens (float32) next to TRL's GRPO
 per-token loss on the same tensors, and compares it with one forward+backward of the model it would serve
@@ -105,6 +113,9 @@ def build_model(name: str, device: str, seed: int):
 def trainer_class_and_config(args, name: str):
     """(trainer class, config) with every setting shared by the three trainers; only the algorithm differs."""
     cuda = args.device == "cuda"
+    rows = args.prompts_per_step * args.num_generations  # rows per optimizer step, on each process
+    per_device = args.per_device or rows
+    grad_accum = rows // per_device
     common = dict(
         output_dir=os.path.join(args.work_dir, name),
         seed=args.seed,
@@ -114,9 +125,9 @@ def trainer_class_and_config(args, name: str):
         lr_scheduler_type="constant",
         max_steps=args.warmup_steps + args.steps,
         num_generations=args.num_generations,
-        per_device_train_batch_size=args.prompts_per_step * args.num_generations,
-        gradient_accumulation_steps=1,
-        steps_per_generation=args.steps_per_generation,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=grad_accum,
+        steps_per_generation=args.steps_per_generation * grad_accum,  # TRL counts micro-batches
         max_completion_length=args.completion_length,
         generation_kwargs={"min_new_tokens": args.completion_length},  # fixed length: EOS is suppressed
         beta=0.0,
@@ -230,12 +241,13 @@ def worker(args) -> dict:
 
     Base, config = trainer_class_and_config(args, args.trainer)
 
-    timings = {"gen": [], "loss_fwd": [], "step": [], "gen_in_step": []}
+    timings = {"gen": [], "loss_fwd": [], "step": [], "gen_in_step": [], "coef_in_step": []}
 
     class Timed(Base):
         """Adds timers around generation and the loss; the algorithm is the parent's, untouched."""
 
         _pending_gen = (0.0, 0.0)
+        _pending_coef = (0.0, 0.0)
 
         def _generate_and_score_completions(self, *a, **kw):
             t0 = now()
@@ -251,14 +263,26 @@ def worker(args) -> dict:
             timings["loss_fwd"].append(since(t0))
             return out
 
+    if hasattr(Base, "_split_step_coefficients"):  # PACS's split path: its extra no-grad forward, timed on its own
+
+        def _split_step_coefficients(self, *a, **kw):
+            t0 = now()
+            out = Base._split_step_coefficients(self, *a, **kw)
+            dt = since(t0)
+            self._pending_coef = (self._pending_coef[0] + dt[0], self._pending_coef[1] + dt[1])
+            return out
+
+        Timed._split_step_coefficients = _split_step_coefficients
+
     class StepTimer(TrainerCallback):
         def on_step_begin(self, a, state, control, **kw):
             self.t0 = now()
-            trainer._pending_gen = (0.0, 0.0)
+            trainer._pending_gen = trainer._pending_coef = (0.0, 0.0)
 
         def on_step_end(self, a, state, control, **kw):
             timings["step"].append(since(self.t0))
             timings["gen_in_step"].append(trainer._pending_gen)
+            timings["coef_in_step"].append(trainer._pending_coef)
 
     tokenizer, dataset = build_data(args)
     model = build_model(args.model_config, args.device, args.seed)
@@ -276,8 +300,18 @@ def worker(args) -> dict:
     w = args.warmup_steps
     steps, gens = timings["step"][w:], timings["gen_in_step"][w:]
     n_gen_warm = -(-w // args.steps_per_generation)  # generations during warm-up
-    n_loss_warm = w  # GA is 1: one compute_loss per optimizer step
+    n_loss_warm = w * config.gradient_accumulation_steps  # one compute_loss per micro-batch
     result = {"trainer": args.trainer, "rep": args.rep}
+    if args.per_device:  # the split section: on-policy (first step after a generation) and off-policy steps apart
+        result.update(per_device=config.per_device_train_batch_size, grad_accum=config.gradient_accumulation_steps)
+        result["per_step"] = [  # (global step, step wall, step CPU, generation wall, CPU, extra forward wall, CPU)
+            (k, *s, *g, *c) for k, s, g, c in zip(range(w, w + len(steps)), steps, gens, timings["coef_in_step"][w:])
+        ]
+        for policy, on in (("on", True), ("off", False)):
+            rows = [x for x in result["per_step"] if (x[0] % args.steps_per_generation == 0) == on]
+            for i, kind in ((0, ""), (1, "_cpu")):
+                result[f"opt_{policy}{kind}_s"] = statistics.median(x[1 + i] - x[3 + i] for x in rows)
+                result[f"extra_fwd_{policy}{kind}_s"] = statistics.median(x[5 + i] for x in rows)
     for i, kind in ((0, ""), (1, "_cpu")):  # wall-clock seconds, then CPU seconds of this process
         result[f"step{kind}_s"] = statistics.median(s[i] for s in steps)
         result[f"opt{kind}_s"] = statistics.median(s[i] - g[i] for s, g in zip(steps, gens))  # step minus generation
@@ -450,6 +484,18 @@ def worker_argv(args, trainer: str, rep: int) -> list[str]:
     return argv
 
 
+def run_worker(args, argv: list[str]) -> dict:
+    """One worker in a fresh process (its own peak memory), or in this one under --smoke (one import, not meaningful)."""
+    if args.smoke:
+        return worker(parse_args(argv[2:]))
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.stderr.write(proc.stderr[-5000:])
+        raise RuntimeError(f"worker {' '.join(argv[2:])} failed with exit code {proc.returncode}")
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
 def ratio_table(results: list[dict], cpu: bool) -> str:
     metrics = []
     if cpu:  # CPU seconds first: on a shared machine they are far less noisy than wall time
@@ -481,6 +527,212 @@ def ratio_table(results: list[dict], cpu: bool) -> str:
     return "\n".join(rows)
 
 
+# 4. The split path: groups cut over micro-batches ----------------------------------------------------------------
+
+SPLIT_TRAINERS = ["PACS", "GRPO"]
+
+
+def split_cost(args) -> list[dict]:
+    """Workers for every (trainer, per-device batch) and repetition, in a fresh process each, in rotating order."""
+    rows = args.prompts_per_step * args.num_generations
+    bad = [b for b in args.split_batches if rows % b]
+    if bad:
+        raise ValueError(f"--split-batches {bad} do not divide the {rows} rows of an optimizer step")
+    configs = [(t, b) for b in args.split_batches for t in SPLIT_TRAINERS]
+    results = []
+    for rep in range(args.reps):
+        k = (3 * rep) % len(configs)  # rotate who goes first (3 is coprime with the 8 default configs)
+        for trainer, batch in configs[k:] + configs[:k]:
+            r = run_worker(args, worker_argv(args, trainer, rep) + ["--per-device", str(batch)])
+            results.append(r)
+            print(
+                f"rep {rep} {trainer} batch {batch} x {r['grad_accum']}: opt CPU on {r['opt_on_cpu_s']:.3f}s off "
+                f"{r['opt_off_cpu_s']:.3f}s (extra fwd {r['extra_fwd_off_cpu_s']:.3f}s), wall on {r['opt_on_s']:.3f}s "
+                f"off {r['opt_off_s']:.3f}s, peak {r['peak_mem_mib']:.0f} MiB (load {r['load']})",
+                flush=True,
+            )
+    return results
+
+
+def split_average(r: dict, clock: str, spg: int) -> float:
+    """Optimization time per optimizer step averaged over a generation cycle: one on-policy step, spg - 1 off-policy."""
+    return (r[f"opt_on{clock}_s"] + (spg - 1) * r[f"opt_off{clock}_s"]) / spg
+
+
+def split_markdown(args, info: dict, results: list[dict]) -> str:
+    spg, batches = args.steps_per_generation, args.split_batches
+    whole = max(batches)  # the whole-group path: every micro-batch holds whole groups
+    reps = sorted({r["rep"] for r in results})
+    by = {(r["trainer"], r["per_device"], r["rep"]): r for r in results}
+
+    def value(t, b, rep, key):
+        r = by[t, b, rep]
+        if key.startswith("avg"):
+            return split_average(r, key[3:], spg)
+        return r[key]
+
+    def med(t, b, key):
+        return statistics.median(value(t, b, rep, key) for rep in reps)
+
+    def ratio(num, den, key):  # paired within a repetition, then min / median / max over repetitions
+        return _common.min_med_max(value(*num, rep, key) / value(*den, rep, key) for rep in reps)
+
+    def cell(lo_med_hi):
+        lo, m, hi = lo_med_hi
+        return f"{lo:.3f} / **{m:.3f}** / {hi:.3f}"
+
+    ga = {b: by["PACS", b, reps[0]]["grad_accum"] for b in batches}
+    label = {b: f"{b} x {ga[b]}" + (" (whole groups)" if b == whole else " (split)") for b in batches}
+    medians = [
+        "| per-device batch x accumulation | PACS on-policy | PACS off-policy | of which extra forward | PACS average "
+        "| GRPO on-policy | GRPO off-policy | GRPO average | peak MiB PACS | peak MiB GRPO |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for b in batches:
+        cells = [label[b]]
+        cells += [f"{med('PACS', b, k):.3f}" for k in ("opt_on_cpu_s", "opt_off_cpu_s", "extra_fwd_off_cpu_s")]
+        cells += [f"{med('PACS', b, 'avg_cpu'):.3f}"]
+        cells += [f"{med('GRPO', b, k):.3f}" for k in ("opt_on_cpu_s", "opt_off_cpu_s", "avg_cpu")]
+        cells += [f"{med(t, b, 'peak_mem_mib'):.0f}" for t in SPLIT_TRAINERS]
+        medians.append("| " + " | ".join(cells) + " |")
+
+    def ratio_table(clock: str) -> list[str]:
+        c = "_cpu" if clock == "CPU" else ""
+        lines = [
+            f"| {clock} time, per-device batch x accumulation | PACS / PACS batch {whole}, off-policy step | PACS / "
+            f"PACS batch {whole}, average step | PACS / GRPO same batch, on-policy | PACS / GRPO same batch, "
+            f"off-policy | PACS / GRPO same batch, average | GRPO / GRPO batch {whole}, average |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for b in batches:
+            cells = [label[b]]
+            cells.append(cell(ratio(("PACS", b), ("PACS", whole), f"opt_off{c}_s")))
+            cells.append(cell(ratio(("PACS", b), ("PACS", whole), f"avg{c}")))
+            cells.append(cell(ratio(("PACS", b), ("GRPO", b), f"opt_on{c}_s")))
+            cells.append(cell(ratio(("PACS", b), ("GRPO", b), f"opt_off{c}_s")))
+            cells.append(cell(ratio(("PACS", b), ("GRPO", b), f"avg{c}")))
+            cells.append(cell(ratio(("GRPO", b), ("GRPO", whole), f"avg{c}")))
+            lines.append("| " + " | ".join(cells) + " |")
+        return lines
+
+    memory = [
+        f"| per-device batch x accumulation | PACS / PACS batch {whole} | PACS / GRPO same batch | GRPO / GRPO batch "
+        f"{whole} |",
+        "|---|---|---|---|",
+    ]
+    for b in batches:
+        cells = [label[b]] + [
+            cell(ratio(num, den, "peak_mem_mib"))
+            for num, den in (
+                (("PACS", b), ("PACS", whole)),
+                (("PACS", b), ("GRPO", b)),
+                (("GRPO", b), ("GRPO", whole)),
+            )
+        ]
+        memory.append("| " + " | ".join(cells) + " |")
+
+    per_run = [
+        "| rep | trainer | batch x acc | opt on CPU s | opt off CPU s | extra fwd off CPU s | opt on s | opt off s | "
+        "gen CPU s | peak MiB | load (1/5/15) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        per_run.append(
+            f"| {r['rep']} | {r['trainer']} | {r['per_device']} x {r['grad_accum']} | {r['opt_on_cpu_s']:.3f} | "
+            f"{r['opt_off_cpu_s']:.3f} | {r['extra_fwd_off_cpu_s']:.3f} | {r['opt_on_s']:.3f} | {r['opt_off_s']:.3f} | "
+            f"{r['gen_cpu_s']:.3f} | {r['peak_mem_mib']:.0f} | {r['load']} |"
+        )
+
+    smallest = min(batches)
+    goals = []
+    for b in sorted(batches, reverse=True)[1:]:
+        _, m, hi = ratio(("PACS", b), ("PACS", whole), "avg_cpu")
+        goals.append(
+            f"- split-path time per optimizer step <= 1.35x the whole-group path, batch {label[b]}: median "
+            f"{m:.3f}x (max {hi:.3f}x), CPU time, average step: **{'met' if m <= 1.35 else 'missed'}**"
+        )
+    lo, m, hi = ratio(("PACS", smallest), ("PACS", whole), "peak_mem_mib")
+    goals.append(
+        f"- peak memory at batch {smallest} clearly below batch {whole}: PACS {med('PACS', smallest, 'peak_mem_mib'):.0f}"
+        f" vs {med('PACS', whole, 'peak_mem_mib'):.0f} MiB, ratio {lo:.3f} / {m:.3f} / {hi:.3f}: "
+        f"**{'met' if hi < 0.95 else 'missed'}**"
+    )
+    lo, m, hi = ratio(("PACS", smallest), ("GRPO", smallest), "peak_mem_mib")
+    goals.append(
+        f"- peak memory at batch {smallest} within 10% of GRPO at batch {smallest}: ratio {lo:.3f} / {m:.3f} / "
+        f"{hi:.3f}: **{'met' if m <= 1.10 else 'missed'}**"
+    )
+
+    params = results[0]["num_parameters"]
+    rows = args.prompts_per_step * args.num_generations
+    return "\n".join(
+        [
+            f"# Split path: groups cut over micro-batches, PACS vs GRPO ({args.device})",
+            "",
+            _common.machine_markdown(info),
+            f"- command: `python {' '.join(['benchmarks/step_cost.py', *sys.argv[1:]])}`",
+            f"- model: random Qwen3 `{args.model_config}` ({params / 1e6:.1f}M parameters, "
+            f"{'bf16' if args.device == 'cuda' else 'float32'}), {args.threads} torch thread(s) per worker",
+            f"- batch: {rows} rows ({args.prompts_per_step} prompt(s) x {args.num_generations} completions) per "
+            f"optimizer step in every setting, as per-device batch x gradient accumulation; prompt "
+            f"{args.prompt_length} tokens, completion fixed at {args.completion_length} tokens; {spg} optimizer steps "
+            f"per generation (`steps_per_generation` = {spg} x accumulation); beta 0 everywhere",
+            f"- per worker: {args.warmup_steps} warm-up optimizer step(s), then {args.steps} timed; optimizer step k "
+            f"is on-policy when k is a multiple of {spg} (it holds the generation, which is subtracted); "
+            f"{args.reps} repetitions, the {len(batches) * 2} (trainer, batch) settings interleaved with a rotating "
+            "order, each in a fresh process (peak memory is its own)",
+            "- opt = optimizer step minus the generation inside it (forward, loss, backward, clip, AdamW, and for PACS "
+            "on the split path the extra no-grad forward of `_split_step_coefficients`); per-worker medians of the "
+            f"on- and off-policy steps; average = (on + {spg - 1} x off) / {spg}, the mean over a generation cycle",
+            "",
+            "## Goals",
+            "",
+            *goals,
+            "",
+            "## Median time per optimizer step (CPU s) and peak memory",
+            "",
+            *medians,
+            "",
+            "## Ratios, paired within a repetition: min / **median** / max",
+            "",
+            *ratio_table("CPU"),
+            "",
+            *ratio_table("wall"),
+            "",
+            f"Peak memory ({results[0]['mem_kind']}):",
+            "",
+            *memory,
+            "",
+            "## Per worker",
+            "",
+            *per_run,
+            "",
+        ]
+    )
+
+
+def split_main(args) -> dict:
+    out_dir = Path(args.out_dir)
+    suffix = "_smoke" if args.smoke else ("" if args.device == "cpu" else f"_{args.device}")
+    if args.report_only:  # redo split_cost.md from split_cost.json
+        out = json.loads((out_dir / f"split_cost{suffix}.json").read_text())
+        sys.argv = out["argv"]
+        (out_dir / f"split_cost{suffix}.md").write_text(
+            split_markdown(argparse.Namespace(**out["args"]), out["info"], out["results"])
+        )
+        return out
+    info = _common.machine_info()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = {"info": info, "args": vars(args), "argv": sys.argv}
+    out["results"] = split_cost(args)
+    info["load_average_end"] = _common.load_average()
+    md = split_markdown(args, info, out["results"])
+    print(md)
+    (out_dir / f"split_cost{suffix}.json").write_text(json.dumps(out, indent=1))
+    (out_dir / f"split_cost{suffix}.md").write_text(md)
+    return out
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -493,10 +745,14 @@ def parse_args(argv):
     p.add_argument("--completion-length", dest="completion_length", type=int, default=None)
     p.add_argument("--num-generations", dest="num_generations", type=int, default=8)
     p.add_argument("--prompts-per-step", dest="prompts_per_step", type=int, default=None)
-    p.add_argument("--steps-per-generation", dest="steps_per_generation", type=int, default=2,
-                   help="optimizer steps per generation (gradient accumulation is 1)")  # fmt: skip
-    p.add_argument("--warmup-steps", dest="warmup_steps", type=int, default=2, help="optimizer steps not timed")
-    p.add_argument("--steps", type=int, default=4, help="timed optimizer steps per worker")
+    p.add_argument("--steps-per-generation", dest="steps_per_generation", type=int, default=None,
+                   help="optimizer steps per generation (default 2; --split: 4)")  # fmt: skip
+    p.add_argument("--warmup-steps", dest="warmup_steps", type=int, default=None,
+                   help="optimizer steps not timed (default 2; --split: 1)")  # fmt: skip
+    p.add_argument("--steps", type=int, default=None, help="timed optimizer steps per worker (default 4; --split: 7)")
+    p.add_argument("--split", action="store_true", help="only the split path: per-device batch 1/2/4 vs 8, vs GRPO")
+    p.add_argument("--split-batches", dest="split_batches", type=int, nargs="+", default=None,
+                   help="per-device batches of the --split section (default 8 4 2 1; rows per step stay fixed)")  # fmt: skip
     p.add_argument("--loss-only", dest="loss_only", action="store_true", help="time pacs_loss alone at B x T")
     p.add_argument("--ab", action="store_true", help="only the in-process compute_loss+backward A/B/C")
     p.add_argument("--ab-rounds", dest="ab_rounds", type=int, default=30)
@@ -509,6 +765,7 @@ def parse_args(argv):
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--trainer", choices=TRAINERS, help=argparse.SUPPRESS)
     p.add_argument("--rep", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--per-device", dest="per_device", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     cuda = args.device == "cuda"
     defaults = dict(
@@ -517,11 +774,20 @@ def parse_args(argv):
         prompt_length=128 if cuda else 16,
         completion_length=512 if cuda else 32,
         prompts_per_step=8 if cuda else 4,
+        steps_per_generation=2,
+        warmup_steps=2,
+        steps=4,
     )
+    if args.split:  # one group per optimizer step, completions long enough for activations to dominate
+        defaults.update(reps=3, completion_length=512 if cuda else 256, prompts_per_step=1, steps_per_generation=4)
+        defaults.update(warmup_steps=1, steps=7, split_batches=[8, 4, 2, 1])  # steps 1-3, 5-7 off-policy; 4 on
     if args.smoke:
         defaults = dict(model_config="tiny", reps=1, prompt_length=4, completion_length=4, prompts_per_step=2)
-        args.num_generations, args.warmup_steps, args.steps, args.ab_rounds = 2, 2, 2, 2
+        defaults.update(steps_per_generation=2, warmup_steps=2, steps=2)
+        args.num_generations, args.ab_rounds = 2, 2
         args.loss_batch, args.loss_tokens = 64, 128
+        if args.split:  # rows per step 2: batch 2 whole, batch 1 split; timed: step 1 off-policy, step 2 on-policy
+            defaults.update(prompts_per_step=1, warmup_steps=1, split_batches=[2, 1])
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -533,6 +799,8 @@ def main(argv=None) -> dict:
     if args.worker:
         print("RESULT " + json.dumps(worker(args)), flush=True)
         return {}
+    if args.split:
+        return split_main(args)
     if args.report_only:  # redo step_cost.md from step_cost.json
         out = json.loads((Path(args.out_dir) / "step_cost.json").read_text())
         sys.argv = out["argv"]
@@ -586,15 +854,7 @@ def main(argv=None) -> dict:
     for rep in range(args.reps):
         order = TRAINERS[rep % 3 :] + TRAINERS[: rep % 3]  # rotate who goes first
         for trainer in order:
-            if args.smoke:  # in-process: one import instead of three (peak memory is then shared, so not meaningful)
-                r = worker(parse_args(worker_argv(args, trainer, rep)[2:]))
-            else:
-                proc = subprocess.run(worker_argv(args, trainer, rep), capture_output=True, text=True, check=False)
-                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-                if proc.returncode != 0 or not lines:
-                    sys.stderr.write(proc.stderr[-5000:])
-                    raise RuntimeError(f"worker {trainer} rep {rep} failed with exit code {proc.returncode}")
-                r = json.loads(lines[-1][len("RESULT ") :])
+            r = run_worker(args, worker_argv(args, trainer, rep))
             results.append(r)
             print(
                 f"rep {rep} {trainer}: step {r['step_s']:.3f}s opt {r['opt_s']:.3f}s (CPU {r['opt_cpu_s']:.3f}s) "

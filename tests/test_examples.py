@@ -87,7 +87,28 @@ def test_recipe_batch_arithmetic(train_qwen, recipe):
     assert args.num_iterations == 1
 
 
-@pytest.mark.parametrize("recipe", PACS_RECIPES)
+def test_single_gpu_lora_recipe_splits_groups_over_micro_batches(train_qwen):
+    from pacs.trainer import check_split_layout
+
+    recipe = RECIPES / "qwen3_8b_pacs_lora_1gpu.yaml"
+    script_args, args, model_args = parse_recipe(train_qwen, recipe)
+    assert script_args.expected_world_size == 1 and model_args.use_peft
+    assert model_args.model_name_or_path == "Qwen/Qwen3-8B-Base"
+    assert args.per_device_train_batch_size in (1, 2) and args.num_generations == 8
+    arithmetic = train_qwen.batch_arithmetic(args, 1)
+    assert arithmetic["optimizer_steps_per_generation"] == 4  # the paper's ratio
+    assert arithmetic["completions_per_generation"] == 4 * arithmetic["completions_per_optimizer_step"]
+    assert args.max_completion_length == 4096 and args.gradient_checkpointing
+    assert not args.vllm_importance_sampling_correction
+    check_split_layout(
+        args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation, 1, 8
+    )
+    # every multi-GPU recipe says how to trade micro-batch size for memory
+    for name in GPU_RECIPES:
+        assert "per_device_train_batch_size 4, 2 or 1" in (RECIPES / name).read_text(), name
+
+
+@pytest.mark.parametrize("recipe", [*PACS_RECIPES, "qwen3_8b_pacs_lora_1gpu.yaml"])
 def test_pacs_recipes_follow_the_paper(train_qwen, recipe):
     script_args, args, model_args = parse_recipe(train_qwen, RECIPES / recipe)
     assert script_args.algorithm == "pacs"

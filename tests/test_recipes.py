@@ -14,7 +14,7 @@ from pacs import PACSConfig
 
 
 RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"
-PACS_RECIPES = ["qwen3_4b_pacs.yaml", "qwen3_8b_pacs.yaml", "qwen3_8b_pacs_lora.yaml"]
+PACS_RECIPES = ["qwen3_4b_pacs.yaml", "qwen3_8b_pacs.yaml", "qwen3_8b_pacs_lora.yaml", "qwen3_8b_pacs_lora_1gpu.yaml"]
 GRPO_RECIPE = "qwen3_4b_grpo.yaml"
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none"}  # bf16 recipes build only on CPU with these
 
