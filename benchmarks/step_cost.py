@@ -293,6 +293,7 @@ def worker(args) -> dict:
     )
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(StepTimer())
+    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # imports, model, trainer: before any step
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
@@ -304,6 +305,7 @@ def worker(args) -> dict:
     result = {"trainer": args.trainer, "rep": args.rep}
     if args.per_device:  # the split section: on-policy (first step after a generation) and off-policy steps apart
         result.update(per_device=config.per_device_train_batch_size, grad_accum=config.gradient_accumulation_steps)
+        result["rss_before_train_mib"] = rss_start
         result["per_step"] = [  # (global step, step wall, step CPU, generation wall, CPU, extra forward wall, CPU)
             (k, *s, *g, *c) for k, s, g, c in zip(range(w, w + len(steps)), steps, gens, timings["coef_in_step"][w:])
         ]

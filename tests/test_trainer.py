@@ -378,3 +378,32 @@ def test_docstring_examples_run(tiny_model_dir):
     for module in (pacs.trainer, pacs.testing):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+def test_vllm_importance_weights_are_logged_and_applied(tiny_model_dir, tmp_path, monkeypatch):
+    # vLLM's sequence-level correction (simulated: no vLLM on CPU): masked completions (ratio 0) get weight 0, and
+    # the fraction masked and the mean kept ratio are logged
+    from trl import GRPOTrainer
+
+    original = GRPOTrainer._generate_and_score_completions
+
+    def with_ratio(self, inputs):
+        output = original(self, inputs)
+        ratio = torch.ones(output["prompt_ids"].size(0), 1)
+        ratio[::4] = 0.0  # one completion per group masked
+        ratio[1::4] = 1.5
+        output["importance_sampling_ratio"] = ratio
+        return output
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", with_ratio)
+    trainer = PACSTrainer(
+        model=tiny_model_dir, reward_funcs=parity_reward, args=config(tmp_path, max_steps=1), train_dataset=prompts()
+    )
+    recorder = Recorder(trainer)
+    trainer.train()
+    log = next(e for e in trainer.state.log_history if "loss" in e)
+    assert log["pacs/is_masked_frac"] == pytest.approx(0.25)
+    assert log["pacs/is_ratio_mean"] == pytest.approx((1.5 + 1.0 + 1.0) / 3)
+    batch = recorder.batches[0]
+    weight = trainer._sample_weight(batch, batch["completion_mask"], torch.float32)
+    assert weight[batch["importance_sampling_ratio"][:, 0] == 0].abs().sum() == 0

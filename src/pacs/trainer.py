@@ -11,9 +11,14 @@ the loss needs:
 1. `_calculate_rewards` keeps each completion's label (the `reward_weights`-weighted sum of the reward functions,
    each mapped by `pacs_label_transform`), checked to lie in [0, 1]; `_generate_and_score_completions` attaches this
    process's slice of the labels.
-2. `_prepare_inputs` shuffles the generation batch by whole groups instead of by rows, so every micro-batch that
-   reaches the loss holds whole groups of `num_generations` completions of one prompt.
-3. `_compute_loss` evaluates `pacs_loss` (plus TRL's KL term when `beta > 0`) and logs the implicit critic.
+2. `_prepare_inputs` shuffles the generation batch by whole groups instead of by rows, so that a micro-batch (or,
+   when `per_device_train_batch_size` is not a multiple of `num_generations`, an optimizer step) holds whole groups.
+3. `_compute_loss` evaluates `pacs_loss` (plus TRL's KL term when `beta > 0` and its entropy bonus) and logs the
+   implicit critic. When groups are split over micro-batches and processes, it backpropagates
+   sum_i c_i r_i with the closed-form whole-group coefficients c = dL/dr of the optimizer step
+   (`pacs.loss.pacs_coefficients`): the exact whole-group gradient.
+
+The user's data, reward functions and model path are checked before anything loads or generates (`pacs.checks`).
 """
 
 from __future__ import annotations
