@@ -781,7 +781,7 @@ def parse_args(argv):
         steps=4,
     )
     if args.split:  # one group per optimizer step, completions long enough for activations to dominate
-        defaults.update(reps=3, completion_length=512 if cuda else 256, prompts_per_step=1, steps_per_generation=4)
+        defaults.update(reps=4, completion_length=512 if cuda else 256, prompts_per_step=1, steps_per_generation=4)
         defaults.update(warmup_steps=1, steps=7, split_batches=[8, 4, 2, 1])  # steps 1-3, 5-7 off-policy; 4 on
     if args.smoke:
         defaults = dict(model_config="tiny", reps=1, prompt_length=4, completion_length=4, prompts_per_step=2)

@@ -92,3 +92,20 @@ def test_smollm_compare_smoke(tmp_path):
         assert 0.0 <= r["clip_fraction"] <= 1.0
     assert raw["runs"][0]["critic"]["off_policy_steps"] == 1 and raw["runs"][1]["critic"] is None
     assert (tmp_path / "smollm_compare_smoke.json").exists()
+
+
+def test_step_cost_split_smoke(tmp_path):
+    step_cost = _load("step_cost")
+    out = step_cost.main(["--split", "--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    runs = {(r["trainer"], r["per_device"]): r for r in out["results"]}
+    assert set(runs) == {("PACS", 2), ("GRPO", 2), ("PACS", 1), ("GRPO", 1)}  # whole groups of 2, and split
+    for r in runs.values():
+        assert r["opt_on_s"] > 0 and r["opt_off_s"] > 0 and r["peak_mem_mib"] > 0
+        assert [s[0] for s in r["per_step"]] == [1, 2]  # timed: step 1 off-policy, step 2 on-policy (generates)
+        assert r["per_step"][0][3] == 0 and r["per_step"][1][3] > 0
+    assert runs["PACS", 1]["grad_accum"] == 2 and runs["PACS", 1]["extra_fwd_off_s"] > 0  # the split path's forward
+    assert runs["PACS", 2]["extra_fwd_off_s"] == 0 and runs["GRPO", 1]["extra_fwd_off_s"] == 0
+    md = (tmp_path / "split_cost_smoke.md").read_text()
+    assert "## Goals" in md and "PACS / GRPO same batch" in md
+    saved = json.loads((tmp_path / "split_cost_smoke.json").read_text())
+    assert saved["results"] == json.loads(json.dumps(out["results"]))

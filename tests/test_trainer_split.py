@@ -105,6 +105,18 @@ def test_split_path_matches_whole_groups(tiny_model_dir, tmp_path, layout, score
             assert [e[key] for e in split_logs] == pytest.approx([e[key] for e in logs], rel=1e-4, abs=1e-5), key
 
 
+def test_split_path_matches_whole_groups_with_the_mean_logp_proxy(tiny_model_dir, tmp_path):
+    # r = beta * mean_t log pi is not 0 on-policy: every step of the split path needs its forward without grad
+    whole, splits = LAYOUTS["steps"]
+    reference = train(tiny_model_dir, tmp_path, "whole", pacs_reward_proxy="mean_logp", **whole)
+    P, GA, S = splits[0]
+    split = train(
+        tiny_model_dir, tmp_path, "split", pacs_reward_proxy="mean_logp", per_device_train_batch_size=P,
+        gradient_accumulation_steps=GA, steps_per_generation=S, max_steps=whole["max_steps"],
+    )  # fmt: skip
+    assert relative_gap(reference, split) < 1e-5
+
+
 @pytest.mark.parametrize("class_weight", ["balanced", None])
 def test_split_path_matches_with_kl_unscorable_and_truncated_rows(tiny_model_dir, tmp_path, class_weight):
     # TRL's KL term, rows without a reward (weight 0) and truncated rows emptied by mask_truncated_completions (out

@@ -424,7 +424,8 @@ class PACSTrainer(GRPOTrainer):
 
         At the first micro-batch of an optimizer step: (1) take r of every row of the step on this process: r = 0 on
         the first optimizer step after a generation (the policy is still the sampling policy, so the log-ratio is 0
-        and no forward is needed), else one forward without grad over the step's micro-batches; (2) gather r, labels
+        and no forward is needed), else (and always with `pacs_reward_proxy="mean_logp"`) one forward without grad
+        over the step's micro-batches; (2) gather r, labels
         and weights of all processes and reorder them by `pacs_index` into whole groups; (3) compute c in closed form
         (`pacs_coefficients`) over all rows of the step, normalised by their number as the whole-group path is;
         (4) log the critic metrics over those whole groups. Later micro-batches of the step look their c up.
@@ -441,7 +442,7 @@ class PACSTrainer(GRPOTrainer):
                     batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
                 )
                 old = batch.get("old_per_token_logps")
-                if on_policy or (old is None and self.args.pacs_reward_proxy == "log_ratio"):
+                if self.args.pacs_reward_proxy == "log_ratio" and (on_policy or old is None):  # r = 0 exactly
                     r = torch.zeros(mask.size(0), device=mask.device)
                 else:
                     with torch.no_grad(), _no_checkpointing(self):
