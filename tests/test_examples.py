@@ -88,7 +88,7 @@ def test_recipe_batch_arithmetic(train_qwen, recipe):
 
 
 def test_single_gpu_lora_recipe_splits_groups_over_micro_batches(train_qwen):
-    from pacs.trainer import check_split_layout
+    from pacs.trainer import split_layout
 
     recipe = RECIPES / "qwen3_8b_pacs_lora_1gpu.yaml"
     script_args, args, model_args = parse_recipe(train_qwen, recipe)
@@ -100,9 +100,10 @@ def test_single_gpu_lora_recipe_splits_groups_over_micro_batches(train_qwen):
     assert arithmetic["completions_per_generation"] == 4 * arithmetic["completions_per_optimizer_step"]
     assert args.max_completion_length == 4096 and args.gradient_checkpointing
     assert not args.vllm_importance_sampling_correction
-    check_split_layout(
+    layout = split_layout(
         args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation, 1, 8
     )
+    assert layout == "local"
     # every multi-GPU recipe says how to trade micro-batch size for memory
     for name in GPU_RECIPES:
         assert "per_device_train_batch_size 4, 2 or 1" in (RECIPES / name).read_text(), name

@@ -349,6 +349,29 @@ def test_split_groups_across_two_processes_match_one_process(tiny_model_dir, tmp
 
 
 @pytest.mark.distributed
+def test_split_groups_with_rows_exchanged_between_processes(tiny_model_dir, tmp_path):
+    # 2 processes x 1 row x 2 accumulation steps = one group of 4 per optimizer step, 2 optimizer steps per generation:
+    # each process generated one whole group, and each step needs 2 rows of one group on each process, so the rows
+    # are exchanged after generation. Same update as one process with whole groups in generation order.
+    two = [*_accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    records, params = _split_run(tmp_path, "two", [*two, "--main_process_port", "29523"], tiny_model_dir, 1, 2, 4, 1)
+    (whole,), (whole_params,) = _split_run(
+        tmp_path, "one", [sys.executable], tiny_model_dir, 4, 1, 2, 1, "--no-shuffle"
+    )
+    assert all(r["split"] for r in records) and not whole["split"]
+    update = whole_params["after"] - whole_params["before"]
+    assert update.norm() > 0
+    for p in params:
+        assert ((p["after"] - whole_params["after"]).norm() / update.norm()).item() < 1e-5
+    # each optimizer step saw half of one group on each process: the labels of the step are the whole group's
+    for step in range(2):
+        step_labels = sorted(sum((r["labels"][2 * step] + r["labels"][2 * step + 1] for r in records), []))
+        assert step_labels == sorted(whole["labels"][step])
+    logs = [e for e in records[0]["log_history"] if "pacs/loss" in e]
+    assert logs[1]["pacs/psi_std"] > 0
+
+
+@pytest.mark.distributed
 def test_split_groups_under_deepspeed_zero3_with_batch_1(tiny_model_dir, tmp_path):
     (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU)
     launcher = [*_accelerate(), "launch", "--config_file", str(tmp_path / "zero3_cpu.yaml")]

@@ -11,7 +11,7 @@ from datasets import Dataset
 
 from pacs import PACSTrainer
 from pacs.testing import tiny_pacs_config
-from pacs.trainer import check_split_layout
+from pacs.trainer import exchange_order, split_layout
 
 
 def parity_reward(completions, **kwargs):
@@ -157,16 +157,26 @@ def test_split_path_on_policy_step_needs_no_extra_forward(tiny_model_dir, tmp_pa
     assert counts == [True] * 4 + [False] * 4 + [True] * 4
 
 
-def test_check_split_layout_names_a_valid_setting():
-    check_split_layout(1, 8, 32, 1, 8)
-    check_split_layout(2, 4, 16, 1, 8)
-    check_split_layout(3, 1, 1, 4, 4)  # groups span processes, one optimizer step per generation
+def test_split_layout_names_a_valid_setting():
+    assert split_layout(1, 8, 32, 1, 8) == "local"
+    assert split_layout(2, 4, 16, 1, 8) == "local"
+    assert split_layout(3, 1, 1, 4, 4) == "local"  # groups span processes, one optimizer step per generation
+    assert split_layout(1, 1, 4, 8, 8) == "exchange"  # one row per process, a group per step over 8 processes
+    assert split_layout(1, 2, 8, 2, 4) == "exchange"
     with pytest.raises(ValueError, match=r"gradient_accumulation_steps=8 .*steps_per_generation=32"):
-        check_split_layout(1, 2, 8, 1, 8)
-    with pytest.raises(ValueError, match=r"gradient_accumulation_steps=4"):
-        check_split_layout(2, 1, 4, 8, 8)
+        split_layout(1, 2, 8, 1, 8)
+    with pytest.raises(ValueError, match=r"gradient_accumulation_steps=2 "):
+        split_layout(1, 1, 4, 4, 8)
     with pytest.raises(ValueError, match=r"multiple of gradient_accumulation_steps \(4\)"):
-        check_split_layout(1, 4, 6, 1, 4)
+        split_layout(1, 4, 6, 1, 4)
+
+
+def test_exchange_order_gives_every_process_its_share_of_each_step():
+    order = exchange_order(rows_per_process=6, world_size=2, rows_per_step=2, num_generations=4)  # 3 groups
+    assert sorted(order.flatten().tolist()) == list(range(12))
+    for step in range(3):  # step j over both processes: exactly group j
+        rows = order[:, 2 * step : 2 * step + 2].flatten()
+        assert sorted(rows.tolist()) == list(range(4 * step, 4 * step + 4))
 
 
 def test_split_layout_is_checked_when_the_trainer_is_built(tiny_model_dir, tmp_path):

@@ -105,21 +105,29 @@ def shuffle_groups(seq_dict: dict[str, Sequence | None], group_size: int) -> dic
     return {key: permute(val) for key, val in seq_dict.items()}
 
 
-def check_split_layout(
+def split_layout(
     per_device_batch: int, grad_accum: int, steps_per_generation: int, world_size: int, num_generations: int
-) -> None:
-    """Raise a `ValueError` naming a valid setting unless every optimizer step can hold whole groups.
+) -> str:
+    """How the split path keeps every optimizer step made of whole groups, or a `ValueError` naming a valid setting.
 
-    Used when `per_device_batch` is not a multiple of `num_generations` (a micro-batch holds part of a group). Rows never
-    move between processes, and each process holds a contiguous slice of the generation batch (TRL's layout, which
-    vLLM server mode relies on), so an optimizer step holds whole groups in two cases: it spans the whole generation
-    batch (`steps_per_generation == gradient_accumulation_steps`; groups may then span processes), or each process's
-    share of it (`per_device_batch * grad_accum` rows) is a whole number of groups.
+    Used when `per_device_batch` is not a multiple of `num_generations` (a micro-batch holds part of a group). Each
+    process generates a contiguous slice of the generation batch (TRL's layout, which vLLM server mode relies on).
+    Returns:
 
-    >>> check_split_layout(1, 8, 32, 1, 8)  # one GPU, 8 micro-batches of 1 per optimizer step, 4 steps per generation
-    >>> check_split_layout(2, 1, 1, 4, 8)  # 4 processes x 2 rows: one group spans all of them, 1 step per generation
+    - `"local"`: the step spans the whole generation batch (`steps_per_generation == gradient_accumulation_steps`;
+      groups may span processes), or each process's share of it (`per_device_batch * grad_accum` rows) is a whole
+      number of groups: the rows stay where they were generated.
+    - `"exchange"`: only the step over all processes holds whole groups (`world_size * per_device_batch * grad_accum`
+      rows, e.g. 8 GPUs with one row each and groups of 8, several optimizer steps per generation): after each
+      generation the rows are redistributed once (one all-gather of the generation batch) so that every process holds
+      its share of every step's groups.
+
+    >>> split_layout(1, 8, 32, 1, 8)  # one GPU, 8 micro-batches of 1 per optimizer step, 4 steps per generation
+    'local'
+    >>> split_layout(1, 1, 4, 8, 8)  # 8 GPUs x 1 row: a group per optimizer step, spread over the 8 processes
+    'exchange'
     """
-    P, GA, S, G = per_device_batch, grad_accum, steps_per_generation, num_generations  # any world_size works
+    P, GA, S, W, G = per_device_batch, grad_accum, steps_per_generation, world_size, num_generations
     if S % GA != 0:
         raise ValueError(
             f"per_device_train_batch_size ({P}) is not a multiple of num_generations ({G}), so groups are split over "
@@ -127,24 +135,46 @@ def check_split_layout(
             f"({S}) must be a multiple of gradient_accumulation_steps ({GA}), e.g. steps_per_generation={4 * GA}."
         )
     if S == GA or (P * GA) % G == 0:
-        return
-    ga = G // math.gcd(P, G)  # smallest accumulation that makes P * GA a multiple of G
+        return "local"
+    if (W * P * GA) % G == 0:
+        return "exchange"
+    ga = G // math.gcd(W * P, G)  # smallest accumulation that makes W * P * GA a multiple of G
     raise ValueError(
-        f"per_device_train_batch_size={P} x gradient_accumulation_steps={GA} = {P * GA} rows per process and optimizer "
-        f"step do not hold whole groups of num_generations={G}, and with steps_per_generation={S} > "
-        f"gradient_accumulation_steps every optimizer step must (rows stay on the process that generated them). Use "
-        f"gradient_accumulation_steps={ga} (with steps_per_generation={4 * ga} for 4 optimizer steps per "
-        f"generation), or steps_per_generation={GA} (one optimizer step per generation; num_iterations > 1 for "
-        "off-policy steps)."
+        f"{W} process(es) x per_device_train_batch_size={P} x gradient_accumulation_steps={GA} = {W * P * GA} rows per "
+        f"optimizer step do not hold whole groups of num_generations={G}. Use gradient_accumulation_steps={ga} (with "
+        f"steps_per_generation={4 * ga} for 4 optimizer steps per generation), or steps_per_generation={GA} (one "
+        "optimizer step per generation; num_iterations > 1 for off-policy steps)."
     )
+
+
+def exchange_order(rows_per_process: int, world_size: int, rows_per_step: int, num_generations: int) -> torch.Tensor:
+    """For `"exchange"` layouts: which rows of the gathered generation batch each process trains on, in order.
+
+    Optimizer step j takes the groups j*q .. (j+1)*q - 1 of the generation batch (q groups per step; the prompts are
+    already in random order, TRL's sampler shuffles them), and process p takes rows p*M .. (p+1)*M - 1 of them
+    (M = `rows_per_step` per process). Row `g*G + i` is completion i of group g, as TRL gathers them.
+
+    Returns:
+        `torch.Tensor` of shape `(world_size, rows_per_process)`: row `p` lists, step by step, process p's rows.
+
+    >>> exchange_order(4, 2, 2, 4).tolist()  # 2 processes, 2 groups of 4, 2 optimizer steps of 1 group each
+    [[0, 1, 4, 5], [2, 3, 6, 7]]
+    """
+    n, W, M = rows_per_process, world_size, rows_per_step
+    steps = n // M
+    return torch.arange(W * n).view(steps, W, M).transpose(0, 1).reshape(W, n)
 
 
 @contextlib.contextmanager
 def _group_shuffle(group_size: int):
     # GRPOTrainer._prepare_inputs shuffles the generation batch row by row through this module-level name; swapping
     # it for the group-preserving twin while the parent method runs keeps groups whole without copying the method.
+    # group_size None: no shuffle at all
     original = _grpo_module.shuffle_sequence_dict
-    _grpo_module.shuffle_sequence_dict = functools.partial(shuffle_groups, group_size=group_size)
+    keep = lambda seq_dict: seq_dict  # noqa: E731
+    _grpo_module.shuffle_sequence_dict = (
+        keep if group_size is None else functools.partial(shuffle_groups, group_size=group_size)
+    )
     try:
         yield
     finally:
@@ -202,8 +232,9 @@ class PACSTrainer(GRPOTrainer):
         self._pacs_scorable: torch.Tensor | None = None  # (B_global,) False where every reward function gave None
         # Split path: a micro-batch holds part of a group (see `_split_step_coefficients`)
         self._pacs_split = args.per_device_train_batch_size % args.num_generations != 0
+        self._pacs_layout = None
         if self._pacs_split:
-            check_split_layout(
+            self._pacs_layout = split_layout(
                 args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation,
                 args.world_size, args.num_generations,
             )  # fmt: skip
@@ -295,6 +326,8 @@ class PACSTrainer(GRPOTrainer):
         # Row number in the gathered generation batch, where rows g*G .. g*G+G-1 are one prompt's group: it lets the
         # split path reassemble groups whatever the shuffle and the micro-batch and process boundaries.
         output["pacs_index"] = torch.arange(start, start + n, device=output["prompt_ids"].device)  # (B,)
+        if self._pacs_layout == "exchange" and self.model.training:
+            output = self._exchange_rows(output)
         is_ratio = output.get("importance_sampling_ratio")
         if is_ratio is not None:  # vLLM correction: how much of the batch it drops (mask modes) and its mean ratio
             mode = "train" if self.model.training else "eval"
@@ -304,8 +337,43 @@ class PACSTrainer(GRPOTrainer):
             self._metrics[mode]["pacs/is_ratio_mean"].append(ratio[kept].mean().item() if kept.any() else 0.0)
         return output
 
+    def _exchange_rows(self, output: dict) -> dict:
+        """Redistribute the generation batch over processes so that each optimizer step holds whole groups.
+
+        One all-gather of the batch (its token ids, masks and per-token log-probabilities), then each process keeps
+        its rows of `exchange_order`; tensors are padded to the widest process first (prompts on the left).
+        """
+        unsupported = [key for key in _MULTIMODAL_KEYS if output.get(key) is not None]
+        if unsupported:
+            raise ValueError(
+                f"Groups split over processes with rows exchanged between them do not support {unsupported}; use a "
+                "gradient_accumulation_steps that makes per_device_train_batch_size x gradient_accumulation_steps a "
+                "multiple of num_generations."
+            )
+        n = output["prompt_ids"].size(0)
+        pad_id = self._tokenizer.pad_token_id
+        M = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
+        order = exchange_order(n, self.accelerator.num_processes, M, self.num_generations)
+        mine = order[self.accelerator.process_index].to(output["prompt_ids"].device)  # (n,)
+        exchanged = {}
+        for key, value in output.items():
+            if not (isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == n):
+                exchanged[key] = value  # scalars (num_items_in_batch) and the like
+                continue
+            if value.dim() >= 2:
+                pad = pad_id if key.endswith("_ids") else (1 if key == "tool_mask" else 0)
+                value = self.accelerator.pad_across_processes(
+                    value, dim=1, pad_index=pad, pad_first=key.startswith("prompt")
+                )
+            exchanged[key] = self.accelerator.gather(value)[mine]
+        return exchanged
+
     # 2. whole groups -------------------------------------------------------------------------------------------
     def _prepare_inputs(self, generation_batch):
+        if self._pacs_layout == "exchange":
+            # rows already in optimizer-step order (`_exchange_rows`): keep it
+            with _group_shuffle(None):
+                return super()._prepare_inputs(generation_batch)
         if self._pacs_split and self.args.steps_per_generation == self.args.gradient_accumulation_steps:
             # one optimizer step per pass over the generation batch: it holds whole groups whatever the row order,
             # so TRL's row shuffle stays (groups may then also span processes, which `pacs_index` handles)
@@ -535,4 +603,4 @@ def _no_checkpointing(trainer):
         yield
 
 
-__all__ = ["PACSTrainer", "check_split_layout", "shuffle_groups"]
+__all__ = ["PACSTrainer", "exchange_order", "shuffle_groups", "split_layout"]

@@ -4,6 +4,7 @@ tests/test_trainer_split.py.
 accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_split.py MODEL_DIR OUT_DIR P GA S ITERATIONS
 python tests/scripts/train_split.py MODEL_DIR OUT_DIR 12 1 1 2          # the same run in one process, whole groups
 accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_split.py MODEL_DIR OUT_DIR 1 4 8 1
+Flags: --lora (a LoRA adapter), --no-shuffle (keep the generation order of groups).
 
 Completions are a fixed function of (prompt, position in its group), not sampled, so that one process and two see
 identical completions and labels: group g of each generation batch is mixed (two odd, two even lengths) when g % 3 == 0 and uniform otherwise (so
@@ -106,5 +107,9 @@ def main(model_dir, out_dir, per_device, grad_accum, steps_per_generation, itera
 
 if __name__ == "__main__":
     model_dir, out_dir, *numbers = sys.argv[1:]
+    if "--no-shuffle" in numbers:  # groups in generation order, as the row exchange of the split path keeps them
+        import pacs.trainer
+
+        pacs.trainer.shuffle_groups = lambda seq_dict, group_size: seq_dict
     lora = "--lora" in numbers
-    main(model_dir, out_dir, *[int(x) for x in numbers if x != "--lora"], lora=lora)
+    main(model_dir, out_dir, *[int(x) for x in numbers if not x.startswith("--")], lora=lora)
