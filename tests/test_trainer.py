@@ -203,6 +203,7 @@ def test_evaluate_rejects_an_eval_batch_trl_cannot_group(tiny_model_dir, tmp_pat
     )
     with pytest.raises(ValueError, match=r"per_device_eval_batch_size in \[3, 6, 9\]"):
         trainer.evaluate()
+    # (with evaluation during training, GRPOConfig itself checks this when the config is built)
 
 
 def test_entropy_bonus_is_added_to_the_pacs_loss(tiny_model_dir, tmp_path):

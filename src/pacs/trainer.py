@@ -255,6 +255,10 @@ class PACSTrainer(GRPOTrainer):
         self._unlabeled_batches = UnlabeledBatchTracker()
 
     def evaluate(self, *args, **kwargs):
+        self._check_eval_batch()
+        return super().evaluate(*args, **kwargs)
+
+    def _check_eval_batch(self) -> None:
         # GRPOTrainer computes its group advantages in evaluation too: the eval batch over all processes must hold
         # whole groups of num_generations_eval (the PACS loss itself needs none, see `_compute_loss`).
         G, W = self.num_generations_eval, self.accelerator.num_processes
@@ -266,7 +270,6 @@ class PACSTrainer(GRPOTrainer):
                 f"({G}) so that TRL's evaluation sees whole groups; use per_device_eval_batch_size in {valid} or "
                 "set num_generations_eval."
             )
-        return super().evaluate(*args, **kwargs)
 
     # 1. labels -------------------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
