@@ -11,12 +11,11 @@ identical completions and labels: group g of each generation batch is mixed (two
 with 12 rows over 2 processes, rank 1 holds only rows of uniform groups).
 """
 
-import json
-import os
 import sys
 
 import torch
 from datasets import Dataset
+from train_tiny import train_and_record  # the same directory
 
 from pacs import PACSTrainer
 from pacs.testing import tiny_pacs_config
@@ -46,16 +45,6 @@ class FixedCompletions(PACSTrainer):
         return completion_ids, None
 
 
-def flat_parameters(trainer) -> torch.Tensor:
-    params = [p for p in trainer.model.parameters()]
-    if trainer.is_deepspeed_enabled or any(getattr(p, "ds_numel", None) for p in params):
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(params):
-            return torch.cat([p.detach().flatten().clone() for p in params])
-    return torch.cat([p.detach().flatten().clone() for p in params])
-
-
 def main(model_dir, out_dir, per_device, grad_accum, steps_per_generation, iterations, lora=False) -> None:
     dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(64)]})
     args = tiny_pacs_config(
@@ -79,30 +68,7 @@ def main(model_dir, out_dir, per_device, grad_accum, steps_per_generation, itera
     trainer = FixedCompletions(
         model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset, peft_config=peft_config
     )
-    labels = []
-    compute_loss = trainer._compute_loss
-
-    def spy(model, inputs):
-        labels.append(inputs["pacs_labels"].tolist())
-        return compute_loss(model, inputs)
-
-    trainer._compute_loss = spy
-    before = flat_parameters(trainer)
-    trainer.train()
-    after = flat_parameters(trainer)
-    rank = trainer.accelerator.process_index
-    record = {
-        "rank": rank,
-        "world_size": trainer.accelerator.num_processes,
-        "split": trainer._pacs_split,
-        "zero_stage": trainer.accelerator.state.deepspeed_plugin.zero_stage if trainer.is_deepspeed_enabled else None,
-        "labels": labels,
-        "log_history": trainer.state.log_history,
-        "update_norm": (after - before).norm().item(),
-    }
-    torch.save({"before": before, "after": after}, os.path.join(out_dir, f"params{rank}.pt"))
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(record, f)
+    train_and_record(trainer, out_dir)
 
 
 if __name__ == "__main__":
