@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -561,7 +562,7 @@ def split_average(r: dict, clock: str, spg: int) -> float:
     return (r[f"opt_on{clock}_s"] + (spg - 1) * r[f"opt_off{clock}_s"]) / spg
 
 
-def split_markdown(args, info: dict, results: list[dict]) -> str:
+def split_markdown(args, info: dict, results: list[dict], notes: list[str] = ()) -> str:
     spg, batches = args.steps_per_generation, args.split_batches
     whole = max(batches)  # the whole-group path: every micro-batch holds whole groups
     reps = sorted({r["rep"] for r in results})
@@ -571,13 +572,18 @@ def split_markdown(args, info: dict, results: list[dict]) -> str:
         r = by[t, b, rep]
         if key.startswith("avg"):
             return split_average(r, key[3:], spg)
+        if key == "peak_above_start":  # what training added to the process's memory before the first step
+            return r["peak_mem_mib"] - r["rss_before_train_mib"]
+        if key == "extra_share":  # the extra forward against the rest of the off-policy step
+            return r["extra_fwd_off_cpu_s"] / (r["opt_off_cpu_s"] - r["extra_fwd_off_cpu_s"])
         return r[key]
 
     def med(t, b, key):
         return statistics.median(value(t, b, rep, key) for rep in reps)
 
     def ratio(num, den, key):  # paired within a repetition, then min / median / max over repetitions
-        return _common.min_med_max(value(*num, rep, key) / value(*den, rep, key) for rep in reps)
+        pairs = ((value(*num, rep, key), value(*den, rep, key)) for rep in reps)
+        return _common.min_med_max(a / b if b else math.nan for a, b in pairs)  # 0: --smoke, one process's RSS
 
     def cell(lo_med_hi):
         lo, m, hi = lo_med_hi
@@ -618,19 +624,16 @@ def split_markdown(args, info: dict, results: list[dict]) -> str:
         return lines
 
     memory = [
-        f"| per-device batch x accumulation | PACS / PACS batch {whole} | PACS / GRPO same batch | GRPO / GRPO batch "
-        f"{whole} |",
-        "|---|---|---|---|",
+        f"| memory, per-device batch x accumulation | PACS / PACS batch {whole} | PACS / GRPO same batch | GRPO / "
+        f"GRPO batch {whole} | above start, MiB: PACS | GRPO | PACS / PACS batch {whole} | PACS / GRPO same batch |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    pairs = lambda b: ((("PACS", b), ("PACS", whole)), (("PACS", b), ("GRPO", b)))  # noqa: E731
     for b in batches:
-        cells = [label[b]] + [
-            cell(ratio(num, den, "peak_mem_mib"))
-            for num, den in (
-                (("PACS", b), ("PACS", whole)),
-                (("PACS", b), ("GRPO", b)),
-                (("GRPO", b), ("GRPO", whole)),
-            )
-        ]
+        cells = [label[b]] + [cell(ratio(num, den, "peak_mem_mib")) for num, den in pairs(b)]
+        cells += [cell(ratio(("GRPO", b), ("GRPO", whole), "peak_mem_mib"))]
+        cells += [f"{med(t, b, 'peak_above_start'):.0f}" for t in SPLIT_TRAINERS]
+        cells += [cell(ratio(num, den, "peak_above_start")) for num, den in pairs(b)]
         memory.append("| " + " | ".join(cells) + " |")
 
     per_run = [
@@ -665,6 +668,37 @@ def split_markdown(args, info: dict, results: list[dict]) -> str:
         f"{hi:.3f}: **{'met' if m <= 1.10 else 'missed'}**"
     )
 
+    split = [b for b in batches if b != whole]
+    if not split:
+        raise ValueError(f"--split-batches {batches}: give at least one batch below {whole} (the split path)")
+    share = statistics.median(value("PACS", b, rep, "extra_share") for b in split for rep in reps)
+    on = [ratio(("PACS", b), ("GRPO", b), "opt_on_cpu_s")[1] for b in split]
+    off = [ratio(("PACS", b), ("GRPO", b), "opt_off_cpu_s")[1] for b in split]
+    grpo_small = ratio(("GRPO", smallest), ("GRPO", whole), "avg_cpu")[1]
+    reading = [
+        f"- On the split path the off-policy steps pay one extra no-grad forward over the step's micro-batches: "
+        f"{share:.2f}x the rest of the off-policy step (median over the split settings and repetitions). The "
+        "trainers run with TRL's default `gradient_checkpointing=True`, so a training micro-batch costs about four "
+        "forwards (forward, recomputed forward, backward ~ 2 forwards) and the extra one adds ~1/4; without "
+        "checkpointing it would add ~1/3. PACS / GRPO at the same batch, off-policy: median "
+        f"{min(off):.2f}-{max(off):.2f}x; on-policy (no extra forward, r = 0): {min(on):.2f}-{max(on):.2f}x.",
+        f"- Averaged over a generation cycle (1 on-policy + {spg - 1} off-policy steps) that is the 'average step' "
+        f"ratio above. More optimizer steps per generation means more off-policy steps and an average closer to "
+        f"the off-policy ratio; `steps_per_generation` = accumulation (one optimizer step per generation) never pays "
+        "the extra forward.",
+        f"- Smaller micro-batches alone (GRPO batch {smallest} / batch {whole}: median {grpo_small:.2f}x, CPU) cost "
+        f"little on one CPU thread (a micro-batch of one row is still {args.prompt_length + args.completion_length} "
+        "tokens, enough for efficient matmuls there). On a GPU a "
+        "small micro-batch leaves the device underused, so every trainer's batch-1 step is slower than batch 8 there "
+        "and 'PACS / PACS batch 8' includes that; 'PACS / GRPO same batch' isolates the split path.",
+        "- Peak RSS includes what the process holds before the first step (python, torch, transformers, TRL, the "
+        f"model, the trainer); 'above start' subtracts it. What remains at batch {smallest} "
+        f"({med('PACS', smallest, 'peak_above_start'):.0f} MiB PACS, {med('GRPO', smallest, 'peak_above_start'):.0f}"
+        " MiB GRPO) is more than one row's activations and is about the same for both trainers; it is not broken "
+        "down here.",
+        *notes,
+    ]
+
     params = results[0]["num_parameters"]
     rows = args.prompts_per_step * args.num_generations
     return "\n".join(
@@ -691,6 +725,10 @@ def split_markdown(args, info: dict, results: list[dict]) -> str:
             "",
             *goals,
             "",
+            "## Reading",
+            "",
+            *reading,
+            "",
             "## Median time per optimizer step (CPU s) and peak memory",
             "",
             *medians,
@@ -701,7 +739,7 @@ def split_markdown(args, info: dict, results: list[dict]) -> str:
             "",
             *ratio_table("wall"),
             "",
-            f"Peak memory ({results[0]['mem_kind']}):",
+            f"Peak memory ({results[0]['mem_kind']}; 'above start': minus its value just before the first step):",
             "",
             *memory,
             "",
@@ -716,11 +754,11 @@ def split_markdown(args, info: dict, results: list[dict]) -> str:
 def split_main(args) -> dict:
     out_dir = Path(args.out_dir)
     suffix = "_smoke" if args.smoke else ("" if args.device == "cpu" else f"_{args.device}")
-    if args.report_only:  # redo split_cost.md from split_cost.json
+    if args.report_only:  # redo split_cost.md from split_cost.json (with its "notes": bullets added by hand)
         out = json.loads((out_dir / f"split_cost{suffix}.json").read_text())
         sys.argv = out["argv"]
         (out_dir / f"split_cost{suffix}.md").write_text(
-            split_markdown(argparse.Namespace(**out["args"]), out["info"], out["results"])
+            split_markdown(argparse.Namespace(**out["args"]), out["info"], out["results"], out.get("notes", []))
         )
         return out
     info = _common.machine_info()
