@@ -117,16 +117,18 @@ def recording(trainer_cls):
             super().__init__(*args, **kwargs)
             self.critic_records: list[dict] = []
 
-        def _log_pacs_metrics(self, mode, loss, stats, labels, sample_weight, num_generations):
-            super()._log_pacs_metrics(mode, loss, stats, labels, sample_weight, num_generations)
+        def _log_pacs_metrics(self, mode, loss, psi, labels, weights, num_generations):
+            super()._log_pacs_metrics(mode, loss, psi, labels, weights, num_generations)
             if mode != "train":
                 return
-            keep = sample_weight > 0
+            # psi: the gathered critic logits (older pacs passed its stats dict here, with "probs")
+            probs = psi["probs"] if isinstance(psi, dict) else psi.sigmoid()
+            keep = weights > 0
             self.critic_records.append(
                 {
                     # optimizer steps done before this one; TRL generates when it is a multiple of steps_per_generation
                     "step": self.state.global_step,
-                    "probs": stats["probs"].detach()[keep].float().tolist(),
+                    "probs": probs.detach()[keep].float().tolist(),
                     "labels": labels.detach()[keep].float().tolist(),
                 }
             )

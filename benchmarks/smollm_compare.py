@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -91,6 +93,16 @@ def run_one(args, seed: int, algorithm: str, before: dict | None) -> dict:
     return metrics
 
 
+def t_interval(xs) -> str:
+    """mean [95% t-interval] of per-seed differences, in percentage points."""
+    if len(xs) < 2:
+        return f"{xs[0]:+.1%}" if xs else "—"
+    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571}.get(len(xs), 2.0)
+    m, sd = statistics.mean(xs), statistics.stdev(xs)
+    half = t * sd / math.sqrt(len(xs))
+    return f"{m:+.1%} [{m - half:+.1%}, {m + half:+.1%}]"
+
+
 def summarize(runs: list[dict]) -> str:
     """Per-run table, per-algorithm pooled table, and the critic/clipping table."""
     lines = [
@@ -110,8 +122,9 @@ def summarize(runs: list[dict]) -> str:
         "",
         "Pooled over seeds (all held-out problems of all seeds; the change's interval pools the paired differences):",
         "",
-        "| algorithm | seeds | before | after | change, paired 95% CI | after − GRPO's after, paired 95% CI |",
-        "|---|---|---|---|---|---|",
+        "| algorithm | seeds | before | after | change, paired 95% CI | after − GRPO's after, paired over problems "
+        "| after − GRPO's after, per-seed mean [95% t-interval over seeds] |",
+        "|---|---|---|---|---|---|---|",
     ]
     by_alg = {alg: sorted((r for r in runs if r["algorithm"] == alg), key=lambda r: r["seed"]) for alg in ALGORITHMS}
     pooled = {}
@@ -126,20 +139,26 @@ def summarize(runs: list[dict]) -> str:
     for alg, (rs, before, after) in pooled.items():
         c = paired_change(before, after)
         n = c["n"]
-        vs = "—"
+        vs = by_seed = "—"
         if alg != "grpo" and "grpo" in pooled:
             seeds = {r["seed"] for r in rs} & {r["seed"] for r in pooled["grpo"][0]}
             mine = [x for r in rs if r["seed"] in seeds for x in r["after"]["per_problem"]]
             grpo = [x for r in pooled["grpo"][0] if r["seed"] in seeds for x in r["after"]["per_problem"]]
             d = paired_change({"per_problem": grpo}, {"per_problem": mine})
             vs = f"{d['change']:+.1%} [{d['ci95'][0]:+.1%}, {d['ci95'][1]:+.1%}] (seeds {sorted(seeds)})"
+            grpo_after = {r["seed"]: r["after"]["accuracy"] for r in pooled["grpo"][0]}
+            by_seed = t_interval([r["after"]["accuracy"] - grpo_after[r["seed"]] for r in rs if r["seed"] in seeds])
         lines.append(
             f"| {NAMES[alg]} | {len(rs)} | {sum(before['per_problem']) / n:.1%} | {sum(after['per_problem']) / n:.1%} "
-            f"| {c['change']:+.1%} [{c['ci95'][0]:+.1%}, {c['ci95'][1]:+.1%}] | {vs} |"
+            f"| {c['change']:+.1%} [{c['ci95'][0]:+.1%}, {c['ci95'][1]:+.1%}] | {vs} | {by_seed} |"
         )
     lines += [
         "",
-        "PACS's implicit critic on off-policy steps (steps 2-4 of each generation round; pooled over seeds):",
+        "The paired-over-problems interval counts only the evaluation noise of each run; the per-seed interval also "
+        "counts how much a training run varies with its seed, which dominates here.",
+        "",
+        "PACS's implicit critic on off-policy steps (steps 2-4 of each generation round), per seed (runs made through "
+        "the `pacs demo` command itself have no per-completion record):",
         "",
         "| seed | off-policy steps | completions | abs(σ(ψ) − ½): 10% / 50% / 90% quantile | share > 0.05 | "
         "critic accuracy | majority-label accuracy |",
@@ -239,7 +258,11 @@ def main(argv=None) -> dict:
     table = summarize(raw["runs"])
     print(table)
     if not args.smoke:
-        (out_dir / "smollm_compare.md").write_text(markdown(raw, table))
+        verdict = out_dir / "smollm_compare_verdict.md"  # the reading, written by a person after looking at the tables
+        text = markdown(raw, table) + (
+            "\n## Verdict\n\n" + verdict.read_text().strip() + "\n" if verdict.exists() else ""
+        )
+        (out_dir / "smollm_compare.md").write_text(text)
     return raw
 
 

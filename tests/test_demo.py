@@ -121,8 +121,8 @@ def test_paired_change():
     after = {"per_problem": [1] * 28 + [0] * 2 + [1] * 12 + [0] * 58}  # 12 fixed, 2 broken
     c = paired_change(before, after)
     assert (c["fixed"], c["broken"], c["n"]) == (12, 2, 100) and c["change"] == pytest.approx(0.10)
-    # Wald interval of the paired difference: 1.96 * sqrt(14 - 100 * 0.1^2) / 100
-    assert c["ci95"] == pytest.approx([0.10 - 0.0392, 0.10 + 0.0392], abs=1e-4)
+    # Wald interval of the paired difference: 1.96 * sqrt(14 - 100 * 0.1^2) / 100 = 1.96 * sqrt(13) / 100
+    assert c["ci95"] == pytest.approx([0.10 - 0.0707, 0.10 + 0.0707], abs=1e-4)
     assert paired_change(before, before)["ci95"] == [0.0, 0.0]
 
 
