@@ -481,7 +481,7 @@ def parse_args(argv):
     p.add_argument("--out-dir", default=str(HERE / "results"), help="where learning.{json,png,md} go")
     p.add_argument("--work-dir", default="/tmp/pacs-bench-learning", help="SFT checkpoint and trainer outputs")
     p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="the first one also picks the lr")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="the first one also picks the lr")
     p.add_argument("--lr-grid", dest="lr_grid", nargs="+", type=float, default=[3e-6, 1e-5, 3e-5, 1e-4, 3e-4])
     p.add_argument("--hidden-size", dest="hidden_size", type=int, default=128)
     p.add_argument("--num-layers", dest="num_layers", type=int, default=2)

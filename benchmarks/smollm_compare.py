@@ -1,7 +1,7 @@
 """PACS vs GRPO vs RLOO on a real pretrained model: SmolLM2-135M-Instruct + LoRA on the demo's arithmetic, on CPU.
 
-    python benchmarks/smollm_compare.py                       # 3 algorithms x seeds 0 1, ~1 h on 2 cores
-    python benchmarks/smollm_compare.py --seeds 0 1 2         # one more seed (~30 min more)
+    python benchmarks/smollm_compare.py                       # 3 algorithms x seeds 0 1: ~40 min of CPU, 1 thread
+    python benchmarks/smollm_compare.py --seeds 0 1 2 3 4     # what results/smollm_compare.md reports (~1 h 45 min)
     python benchmarks/smollm_compare.py --smoke               # the tiny test model, 2 steps (tests/test_benchmarks.py)
     python benchmarks/smollm_compare.py --report-only         # redo smollm_compare.md from smollm_compare.json
 
