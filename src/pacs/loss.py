@@ -233,6 +233,31 @@ def _group_weights(labels, num_generations, score, class_weight, sample_weight, 
     return compute_class_weights(labels, num_generations, class_weight, keep)
 
 
+def _loss_terms(rewards, labels, num_generations, score, class_weight, sample_weight, valid):
+    """The loss, its statistics, and (labels, w+, w-) in the dtype of psi, for `pacs_loss_from_rewards` and
+    `pacs_coefficients`."""
+    B = rewards.shape[0]
+    if labels.shape != (B,):
+        raise ValueError(f"labels must have shape ({B},) to match the {B} completions, got {tuple(labels.shape)}.")
+    _check_groups(B, num_generations)
+    _check_choice("class_weight", class_weight, CLASS_WEIGHTS)
+    psi = compute_score(rewards, num_generations, score, valid)  # (B,)
+    labels = labels.to(psi.dtype)
+    pos, neg = _group_weights(labels, num_generations, score, class_weight, sample_weight, valid)  # (B,), (B,)
+    pos, neg = pos.to(psi.dtype), neg.to(psi.dtype)
+    # -[w+ R log sigma(psi) + w- (1 - R) log sigma(-psi)], with log sigma(x) = -softplus(-x)
+    per_sample = pos * labels * F.softplus(-psi) + neg * (1 - labels) * F.softplus(psi)  # (B,)
+    loss = per_sample.sum() / B
+    stats = {
+        "rewards": rewards.detach(),
+        "psi": psi.detach(),
+        "weights": (labels * pos + (1 - labels) * neg).detach(),
+        "probs": torch.sigmoid(psi.detach()),
+        "per_sample_loss": F.binary_cross_entropy_with_logits(psi.detach(), labels, reduction="none"),
+    }
+    return loss, stats, (labels, pos, neg)
+
+
 def pacs_loss_from_rewards(
     rewards: torch.Tensor,
     labels: torch.Tensor,
@@ -254,25 +279,7 @@ def pacs_loss_from_rewards(
     Returns:
         `tuple[torch.Tensor, dict[str, torch.Tensor]]`: as [`pacs_loss`].
     """
-    B = rewards.shape[0]
-    if labels.shape != (B,):
-        raise ValueError(f"labels must have shape ({B},) to match the {B} completions, got {tuple(labels.shape)}.")
-    _check_groups(B, num_generations)
-    _check_choice("class_weight", class_weight, CLASS_WEIGHTS)
-    psi = compute_score(rewards, num_generations, score, valid)  # (B,)
-    labels = labels.to(psi.dtype)
-    pos, neg = _group_weights(labels, num_generations, score, class_weight, sample_weight, valid)  # (B,), (B,)
-    pos, neg = pos.to(psi.dtype), neg.to(psi.dtype)
-    # -[w+ R log sigma(psi) + w- (1 - R) log sigma(-psi)], with log sigma(x) = -softplus(-x)
-    per_sample = pos * labels * F.softplus(-psi) + neg * (1 - labels) * F.softplus(psi)  # (B,)
-    loss = per_sample.sum() / B
-    stats = {
-        "rewards": rewards.detach(),
-        "psi": psi.detach(),
-        "weights": (labels * pos + (1 - labels) * neg).detach(),
-        "probs": torch.sigmoid(psi.detach()),
-        "per_sample_loss": F.binary_cross_entropy_with_logits(psi.detach(), labels, reduction="none"),
-    }
+    loss, stats, _ = _loss_terms(rewards, labels, num_generations, score, class_weight, sample_weight, valid)
     return loss, stats
 
 
@@ -322,14 +329,13 @@ def pacs_coefficients(
     [-1.0, 0.3333, 0.3333, 0.3333]
     """
     rewards = rewards.detach()
-    loss, stats = pacs_loss_from_rewards(rewards, labels, num_generations, score, class_weight, sample_weight, valid)
+    loss, stats, (labels, pos, neg) = _loss_terms(
+        rewards, labels, num_generations, score, class_weight, sample_weight, valid
+    )
     B = rewards.shape[0]
     scale = B / normalizer if normalizer is not None else 1.0
     loss = loss * scale
     psi = stats["psi"]
-    labels = labels.to(psi.dtype)
-    pos, neg = _group_weights(labels, num_generations, score, class_weight, sample_weight, valid)
-    pos, neg = pos.to(psi.dtype), neg.to(psi.dtype)
     g = (neg * (1 - labels) * torch.sigmoid(psi) - pos * labels * torch.sigmoid(-psi)) * (scale / B)  # (B,)
     if score == "naive":
         return g, loss, stats

@@ -231,14 +231,12 @@ class PACSTrainer(GRPOTrainer):
         self._pacs_labels: torch.Tensor | None = None  # (B_global,) labels of the last scored generation batch
         self._pacs_scorable: torch.Tensor | None = None  # (B_global,) False where every reward function gave None
         # Split path: a micro-batch holds part of a group (see `_split_step_coefficients`)
-        self._pacs_split = args.per_device_train_batch_size % args.num_generations != 0
         self._pacs_layout = None
-        if self._pacs_split:
+        if args.per_device_train_batch_size % args.num_generations != 0:
             self._pacs_layout = split_layout(
                 args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation,
                 args.world_size, args.num_generations,
             )  # fmt: skip
-        self._pacs_generation_rows = args.generation_batch_size  # rows of one generation batch over all processes
         self._pacs_split_coef: torch.Tensor | None = None  # (generation_batch_size,) c of the current optimizer step
         self._pacs_split_loss: torch.Tensor | None = None
         # The user's data against the reward functions, before the model loads or anything is generated
@@ -253,6 +251,11 @@ class PACSTrainer(GRPOTrainer):
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
+
+    @property
+    def _pacs_split(self) -> bool:
+        """A micro-batch holds part of a group (see `_split_step_coefficients`)."""
+        return self._pacs_layout is not None
 
     def evaluate(self, *args, **kwargs):
         self._check_eval_batch()
@@ -388,9 +391,7 @@ class PACSTrainer(GRPOTrainer):
     # 3. the loss -----------------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
-        mask = inputs["completion_mask"]
-        if "tool_mask" in inputs:
-            mask = mask * inputs["tool_mask"]  # (B, T)
+        mask = self._loss_mask(inputs)  # (B, T)
         split = mode == "train" and self._pacs_split
         if split:  # before this micro-batch's graph exists: the step's extra forward then adds no peak memory
             coef, step_loss = self._split_step_coefficients(inputs)  # (B,), ()
@@ -478,6 +479,12 @@ class PACSTrainer(GRPOTrainer):
         )
 
     @staticmethod
+    def _loss_mask(inputs) -> torch.Tensor:
+        # completion tokens that count: tool output (multi-turn) is not the policy's
+        mask = inputs["completion_mask"]
+        return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask  # (B, T)
+
+    @staticmethod
     def _sample_weight(inputs, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         # A completion that no reward function could score carries no label: weight 0, out of the class counts (it
         # stays in its group's statistics: a real sample). A completion whose mask is empty (truncated with
@@ -509,9 +516,7 @@ class PACSTrainer(GRPOTrainer):
             on_policy = self._step % (S * self.num_iterations) < GA
             index, rewards, labels, weight, valid = [], [], [], [], []
             for batch in batches:
-                mask = (
-                    batch["completion_mask"] * batch["tool_mask"] if "tool_mask" in batch else batch["completion_mask"]
-                )
+                mask = self._loss_mask(batch)
                 old = batch.get("old_per_token_logps")
                 if self.args.pacs_reward_proxy == "log_ratio" and (on_policy or old is None):  # r = 0 exactly
                     r = torch.zeros(mask.size(0), device=mask.device)
@@ -540,7 +545,7 @@ class PACSTrainer(GRPOTrainer):
                 rewards, labels, G, self.args.pacs_score, self.args.pacs_class_weight, weight,
                 None if valid.all() else valid,
             )  # fmt: skip
-            by_index = torch.zeros(self._pacs_generation_rows, device=coef.device, dtype=coef.dtype)
+            by_index = torch.zeros(self.args.generation_batch_size, device=coef.device, dtype=coef.dtype)
             by_index[index] = coef
             self._pacs_split_coef, self._pacs_split_loss = by_index, loss / GA
             self._log_pacs_metrics("train", loss, stats["psi"], labels, stats["weights"], G)
