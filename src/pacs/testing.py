@@ -53,12 +53,15 @@ _CORPUS = [
 ]
 
 
-def build_tiny_tokenizer(vocab_size: int = 512):
+def build_tiny_tokenizer(vocab_size: int = 512, tool_calling: bool = False):
     """Train a byte-level BPE tokenizer on the built-in corpus and wrap it as a fast tokenizer with a chat template.
 
     Args:
         vocab_size (`int`, *optional*, defaults to `512`):
             Target vocabulary size (the byte alphabet and the special tokens always fit).
+        tool_calling (`bool`, *optional*, defaults to `False`):
+            Use TRL's Qwen3 chat template (tool schemas, `<tool_call>` blocks, tool responses) instead of plain ChatML:
+            `GRPOTrainer` needs a template it can parse tool calls from for `tools` and `environment_factory`.
 
     Returns:
         `transformers.PreTrainedTokenizerFast` with `eos_token="<|im_end|>"` and `pad_token="<|endoftext|>"`.
@@ -82,9 +85,15 @@ def build_tiny_tokenizer(vocab_size: int = 512):
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         unk_token=None,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=_trl_qwen3_chat_template() if tool_calling else CHAT_TEMPLATE,
         padding_side="left",
     )
+
+
+def _trl_qwen3_chat_template() -> str:
+    from trl.chat_template_utils import qwen3_chat_template
+
+    return qwen3_chat_template
 
 
 def build_tiny_model(output_dir: str | os.PathLike, seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> str:
@@ -153,6 +162,64 @@ def build_qwen3(
     )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
+    )
+    return model
+
+
+def build_qwen3_moe(
+    tokenizer,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_experts: int = 4,
+    num_experts_per_tok: int = 2,
+    seed: int = 0,
+    output_router_logits: bool = True,
+):
+    """A randomly initialised small `Qwen3MoeForCausalLM` (mixture of experts in every layer) sized for `tokenizer`.
+
+    Args:
+        tokenizer (`PreTrainedTokenizerFast`):
+            Supplies the vocabulary size and the eos / pad ids (also set in the generation config).
+        hidden_size (`int`, *optional*, defaults to `64`):
+            Hidden size; each expert's MLP width is `hidden_size // 2`.
+        num_layers (`int`, *optional*, defaults to `2`):
+            Number of decoder layers.
+        num_experts (`int`, *optional*, defaults to `4`):
+            Experts per layer.
+        num_experts_per_tok (`int`, *optional*, defaults to `2`):
+            Experts each token is routed to.
+        seed (`int`, *optional*, defaults to `0`):
+            Seed of the random initialisation.
+        output_router_logits (`bool`, *optional*, defaults to `True`):
+            The config flag that makes every forward, `generate`'s included, return router logits and the
+            load-balancing loss; `True` as in a checkpoint saved by TRL's `SFTTrainer` with the auxiliary loss on.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = Qwen3MoeConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        moe_intermediate_size=hidden_size // 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden_size // 4,
+        num_experts=num_experts,
+        num_experts_per_tok=num_experts_per_tok,
+        decoder_sparse_step=1,
+        output_router_logits=output_router_logits,
+        router_aux_loss_coef=0.01,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3MoeForCausalLM(config)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
     )
