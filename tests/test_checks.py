@@ -401,3 +401,264 @@ def test_demo_model_argument_is_checked_too(tmp_path):
     assert resolve_model("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
     with pytest.raises(ValueError, match="No such model directory or hub id"):
         resolve_model(str(tmp_path / "missing"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Never refuse what GRPOTrainer accepts: TRL 1.16's environments (`environment_factory`), tools, rollout functions and
+# iterable datasets. The trainer cases follow the environment tests of TRL's tests/test_grpo_trainer.py, rewritten for
+# PACSTrainer on the tiny offline model (with TRL's Qwen3 tool-calling chat template) and trained, not only built.
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class CounterEnvironment:
+    def reset(self, **kwargs):
+        self.calls = 0
+        return "Count."
+
+    def increment(self, step: int) -> int:
+        """
+        Increment the internal counter.
+
+        Args:
+            step: Value to add to the counter.
+
+        Returns:
+            The updated counter value.
+        """
+        self.calls += 1
+        return step
+
+
+def _any_reward(completions, **kwargs):
+    return [0.0 for _ in completions]
+
+
+def test_environment_owned_data_needs_no_prompt_column():
+    routing = Dataset.from_dict({"environment": ["counter", "echo"] * 2})
+    factories = {"counter": CounterEnvironment, "echo": CounterEnvironment}
+    check_train_dataset(routing, _any_reward, environment_factory=factories)
+    check_train_dataset(Dataset.from_dict({"seed": [1, 2]}), None, environment_factory=CounterEnvironment)
+    check_train_dataset(None, None, environment_factory=CounterEnvironment)  # the environment owns all the data
+    with pytest.raises(ValueError, match="no 'prompt' column"):  # without an environment it is still an error
+        check_train_dataset(routing, _any_reward)
+
+
+def test_several_environments_need_an_environment_column():
+    factories = {"counter": CounterEnvironment, "echo": CounterEnvironment}
+    with pytest.raises(ValueError, match=r"no 'environment' column.*\['counter', 'echo'\].*environment_factory=My"):
+        check_train_dataset(prompts_only(), None, environment_factory=factories)
+    check_train_dataset(prompts_only(), None, environment_factory={None: CounterEnvironment})  # TRL's default key
+
+
+def test_rewards_receive_environments_only_with_an_environment_factory():
+    def env_reward(completions, environments, prompts, completion_ids, trainer_state, log_extra, log_metric):
+        return [0.0 for _ in completions]
+
+    check_train_dataset(prompts_only(), env_reward, environment_factory=CounterEnvironment)
+    with pytest.raises(ValueError, match="`environments`"):  # no environment: TRL never passes it
+        check_train_dataset(prompts_only(), env_reward)
+
+    def no_kwargs(completions, prompts, completion_ids, trainer_state, log_extra, log_metric):
+        return [0.0 for _ in completions]
+
+    check_train_dataset(prompts_only(), no_kwargs)
+    with pytest.raises(ValueError, match=r"\['environments'\] would be unexpected"):
+        check_train_dataset(prompts_only(), no_kwargs, environment_factory=CounterEnvironment)
+
+
+class EchoEnvironment:
+    def reset(self, **kwargs):
+        self.calls = 0
+        return "Echo."
+
+    def shout(self, text: str) -> str:
+        """
+        Shout the given text.
+
+        Args:
+            text: Text to shout.
+
+        Returns:
+            The text in upper case.
+        """
+        self.calls += 1
+        return text.upper()
+
+
+@pytest.fixture(scope="module")
+def tool_model_dir(tmp_path_factory) -> str:
+    """The tiny Qwen3 with TRL's Qwen3 chat template, whose tool calls TRL can parse."""
+    from pacs.testing import build_qwen3, build_tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-qwen3-tools")
+    tokenizer = build_tiny_tokenizer(tool_calling=True)
+    build_qwen3(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def _scripted_generate(tokenizer, reply):
+    """A stand-in for `model.generate`: row i of the batch gets `reply(prompt text, i)` (then eos and padding)."""
+
+    def generate(input_ids, **kwargs):
+        prompts = tokenizer.batch_decode(input_ids)
+        rows = [tokenizer.encode(reply(text, i)) + [tokenizer.eos_token_id] for i, text in enumerate(prompts)]
+        width = max(map(len, rows))
+        rows = [row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows]
+        return torch.cat([input_ids, torch.tensor(rows, device=input_ids.device)], dim=1)
+
+    return generate
+
+
+def _tool_call(name, **arguments):
+    import json
+
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def _train_with_environments(model_dir, tmp_path, reply, **kwargs):
+    """PACSTrainer with PACS's default 4 optimizer steps per generation; `reply` scripts the completions."""
+    from unittest.mock import patch
+
+    from pacs import PACSTrainer
+    from pacs.testing import tiny_pacs_config
+
+    config = {"max_steps": 4, "num_generations": 2, "max_completion_length": 64, **kwargs.pop("config", {})}
+    trainer = PACSTrainer(model=model_dir, args=tiny_pacs_config(tmp_path / "out", **config), **kwargs)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    with patch.object(trainer.model, "generate", side_effect=_scripted_generate(trainer.processing_class, reply)):
+        trainer.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)]
+    return trainer, changed
+
+
+def _used_a_tool(environments, **kwargs):
+    """1.0 for a rollout whose environment's tool was called."""
+    return [float(env.calls > 0) for env in environments]
+
+
+@pytest.mark.filterwarnings("ignore:You are using 'environment_factory'")
+def test_trainer_trains_with_several_environments_named_by_rows(tool_model_dir, tmp_path):
+    # TRL's test_train_with_multiple_environments: rows carry only `environment`; each rollout sees its own tools
+    reset_kwargs = []
+
+    class Counter(CounterEnvironment):
+        def reset(self, **kwargs):
+            reset_kwargs.append(kwargs)
+            return super().reset(**kwargs)
+
+    def reply(prompt, i):
+        if "<tool_response>" in prompt:
+            return "Done!"
+        if i % 2:  # one completion of each group calls its environment's tool: mixed labels in every group
+            return "I won't."
+        return _tool_call("increment", step=1) if "Count." in prompt else _tool_call("shout", text="hi")
+
+    trainer, changed = _train_with_environments(
+        tool_model_dir,
+        tmp_path,
+        reply,
+        reward_funcs=_used_a_tool,
+        train_dataset=Dataset.from_dict({"environment": ["counter", "echo"] * 8}),
+        environment_factory={"counter": Counter, "echo": EchoEnvironment},
+        config={"per_device_train_batch_size": 4, "shuffle_dataset": False},
+    )
+    assert trainer.args.steps_per_generation == 4  # PACS's default: one generation, four optimizer steps
+    assert [t.__name__ for t in trainer._env_tools["counter"]] == ["increment"]
+    assert [t.__name__ for t in trainer._env_tools["echo"]] == ["shout"]
+    logs = trainer.state.log_history
+    assert logs[0]["tools/call_frequency"] == pytest.approx(0.5) and logs[0]["tools/failure_frequency"] == 0.0
+    assert logs[0]["pacs/rollout_label_mean"] == pytest.approx(0.5)  # the labels are the environments' outcomes
+    assert reset_kwargs and all("environment" not in kwargs for kwargs in reset_kwargs)
+    assert all(math.isfinite(entry["loss"]) for entry in logs if "loss" in entry)
+    assert changed, "no parameter changed"
+
+
+class ScoredEnvironment:  # owns its reward
+    def reset(self, **kwargs):
+        self.calls = 0
+        return "Scored."
+
+    def act(self, x: int) -> int:
+        """
+        Act.
+
+        Args:
+            x: A value.
+
+        Returns:
+            The value.
+        """
+        self.calls += 1
+        return x
+
+    def get_reward(self) -> float:
+        return float(self.calls > 0)
+
+
+class PlainEnvironment:  # no `get_reward`: scored by the reward functions only
+    def reset(self, **kwargs):
+        return "Plain."
+
+    def play(self, x: int) -> int:
+        """
+        Play.
+
+        Args:
+            x: A value.
+
+        Returns:
+            The value.
+        """
+        return x
+
+
+def _act_in_even_rows(prompt, i):
+    if "<tool_response>" in prompt:
+        return "Done!"
+    return "I won't." if i % 2 else _tool_call("act" if "Scored." in prompt else "play", x=1)
+
+
+@pytest.mark.filterwarnings("ignore:You are using 'environment_factory'")
+def test_trainer_trains_on_environment_owned_rewards_of_mixed_environments(tool_model_dir, tmp_path):
+    # TRL's test_environment_owned_reward_mixed_environments, trained: one reward column for ScoredEnvironment (two
+    # names map to it), None (no label from it) for PlainEnvironment rollouts, which format_reward still scores
+    def format_reward(completions, **kwargs):
+        return [0.0 for _ in completions]
+
+    trainer, changed = _train_with_environments(
+        tool_model_dir,
+        tmp_path,
+        _act_in_even_rows,
+        reward_funcs=format_reward,
+        train_dataset=Dataset.from_dict({"environment": ["scored", "scored2", "plain"] * 4}),
+        environment_factory={"scored": ScoredEnvironment, "scored2": ScoredEnvironment, "plain": PlainEnvironment},
+        config={"per_device_train_batch_size": 4, "max_steps": 1},
+    )
+    assert trainer.reward_func_names == ["format_reward", "ScoredEnvironment"]
+    assert trainer.reward_weights.tolist() == [1.0, 1.0]
+    environments = [ScoredEnvironment(), PlainEnvironment()]
+    environments[0].reset()
+    assert trainer.reward_funcs[-1](completions=["", ""], environments=environments) == [0.0, None]
+    first = trainer.state.log_history[0]
+    assert 0.0 < first["rewards/ScoredEnvironment/mean"] < 1.0  # the mean over the rollouts it scored
+    assert first["pacs/rollout_label_mean"] == pytest.approx(first["reward"])  # labels: weighted sums, None as 0
+    assert changed, "no parameter changed"
+
+
+@pytest.mark.filterwarnings("ignore:You are using 'environment_factory'")
+def test_trainer_trains_on_environment_owned_data_and_reward_alone(tool_model_dir, tmp_path):
+    # TRL's test_train_with_environment_owned_data and test_train_with_environment_owned_reward: no train_dataset (the
+    # environment's reset() returns the prompt, max_steps sets the length), no reward_funcs (get_reward is the label)
+    trainer, changed = _train_with_environments(
+        tool_model_dir,
+        tmp_path,
+        _act_in_even_rows,
+        environment_factory=ScoredEnvironment,
+        config={"per_device_train_batch_size": 4, "max_steps": 1},
+    )
+    assert trainer.reward_func_names == ["ScoredEnvironment"]
+    first = trainer.state.log_history[0]
+    assert first["rewards/ScoredEnvironment/mean"] == pytest.approx(0.5)
+    assert first["pacs/rollout_label_mean"] == pytest.approx(0.5)
+    assert changed, "no parameter changed"

@@ -5,8 +5,10 @@ A training run that fails after the model has loaded and generated, with `KeyErr
 completion ever got a reward, costs a user far more than an error at start-up that names the fix. The functions here
 are pure (no trainer needed) so that `PACSTrainer`, `examples/train_qwen.py` and `pacs eval` share them:
 
-- [`check_train_dataset`]: the dataset has a `prompt` column and rows, and every reward function can be called with
-  the keywords TRL will pass it (its own, see [`TRL_REWARD_KWARGS`], plus the dataset's columns).
+- [`check_train_dataset`]: the dataset has a `prompt` column (unless an environment supplies the prompts) and rows,
+  and every reward function can be called with the keywords TRL will pass it (its own, see [`TRL_REWARD_KWARGS`],
+  plus the dataset's columns). It refuses only what `GRPOTrainer` cannot train on; where it cannot tell (a rollout
+  function adding fields, a stream of unknown columns), it lets the data through.
 - [`validate_reward_output`] / [`validated_reward_func`]: a reward function returned one number or `None` per
   completion, not NaN, a string or a bare scalar.
 - [`UnlabeledBatchTracker`]: warns on every generation batch in which no completion got a reward, and stops the run
@@ -32,7 +34,7 @@ import math
 import numbers
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -96,6 +98,7 @@ def check_train_dataset(
     name: str = "train_dataset",
     remove_unused_columns: bool = False,
     rollout_func: Callable | None = None,
+    environment_factory: Callable | Mapping[str, Callable] | None = None,
 ) -> None:
     """Fail early, with the fix, when `dataset` cannot be trained on with `reward_funcs`.
 
@@ -105,6 +108,11 @@ def check_train_dataset(
     column; a function without `**kwargs` must name every keyword TRL passes. Reward models (`nn.Module`s or
     hub ids) are not checked. For an `IterableDataset` whose columns are unknown (no `features`), the column checks are
     skipped rather than reading from a possibly streaming source; its length is never checked.
+
+    With an `environment_factory` (TRL 1.16), the environment owns the data: `prompt` may be missing (each rollout's
+    `reset()` supplies it), and with several environments (a dict) each row names its environment in an `environment`
+    column, which is required. With a `rollout_func`, a reward parameter that is no dataset column may be one of the
+    rollout's extra fields, so it is not an error. Tools change nothing here.
 
     Args:
         dataset (`datasets.Dataset`, `datasets.IterableDataset` or `None`):
@@ -121,6 +129,9 @@ def check_train_dataset(
         rollout_func (`Callable`, *optional*):
             The trainer's `rollout_func`. Its extra fields reach the reward functions too, so with one, a required
             parameter that is no dataset column is not an error (the `**kwargs` check still runs).
+        environment_factory (`Callable` or `dict[str, Callable]`, *optional*):
+            The trainer's `environment_factory`: one environment for every row, or several selected by each row's
+            `environment` column. Reward functions then also receive `environments`.
 
     Raises:
         `ValueError`: naming the missing column or the empty dataset, the columns present and how to fix it.
@@ -128,7 +139,15 @@ def check_train_dataset(
     if dataset is None:
         return
     columns = _column_names(dataset)
-    if columns is not None:
+    if columns is not None and isinstance(environment_factory, Mapping):
+        if "environment" not in columns and None not in environment_factory:
+            raise ValueError(
+                f"{name} has no 'environment' column (its columns are {columns}), but environment_factory is a dict of "
+                f"several environments ({sorted(map(str, environment_factory))}), so TRL reads each row's `environment` "
+                'to pick one. Add the column, e.g. dataset.add_column("environment", [...]) with one of those names '
+                "per row, or pass a single factory (environment_factory=MyEnvironment) to use one environment for all."
+            )
+    if columns is not None and environment_factory is None:
         if "prompt" not in columns:
             source = next((c for c in ("problem", "question", "messages", "query", "input") if c in columns), None)
             fix = (
@@ -152,7 +171,9 @@ def check_train_dataset(
     funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
     names = list(reward_func_names) if reward_func_names is not None else [None] * len(funcs)
     kept = ["prompt"] if remove_unused_columns else columns
-    available = TRL_REWARD_KWARGS | (set(kept) - _NOT_FORWARDED)
+    # `environments` only with an environment_factory (TRL's `self.environments`)
+    trl_kwargs = TRL_REWARD_KWARGS if environment_factory is not None else TRL_REWARD_KWARGS - {"environments"}
+    available = trl_kwargs | (set(kept) - _NOT_FORWARDED)
     for func, func_name in zip(funcs, names):
         if isinstance(func, str) or not callable(func) or _is_module(func):
             continue  # a reward model: TRL feeds it the text, not keywords
@@ -162,14 +183,13 @@ def check_train_dataset(
         except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to check
             continue
         params = signature.parameters.values()
-        passed = (TRL_REWARD_KWARGS - {"environments"}) | (set(kept) - _NOT_FORWARDED)
-        unexpected = sorted(passed - set(signature.parameters))
+        unexpected = sorted(available - set(signature.parameters))
         if unexpected and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
             raise ValueError(
                 f"The reward function {func_name}{signature} does not take **kwargs, but TRL calls every reward "
-                f"function with the keywords {sorted(TRL_REWARD_KWARGS - {'environments'})} and every column of "
-                f"{name} ({columns}), so {unexpected} would be unexpected keyword arguments. Add **kwargs to its "
-                f"parameters: def {func_name}(completions, ..., **kwargs)."
+                f"function with the keywords {sorted(trl_kwargs)} and every column of {name} ({columns}), so "
+                f"{unexpected} would be unexpected keyword arguments. Add **kwargs to its parameters: "
+                f"def {func_name}(completions, ..., **kwargs)."
             )
         for param in params:
             if param.default is not inspect.Parameter.empty or param.kind in (
@@ -184,6 +204,13 @@ def check_train_dataset(
                 )
             if param.name in available or rollout_func is not None:
                 continue
+            if param.name == "environments" and "environments" not in columns:
+                raise ValueError(
+                    f"The reward function {func_name} needs the keyword `environments`, which TRL passes only to the "
+                    "rewards of a trainer built with an `environment_factory` (one environment instance per "
+                    f"completion). Pass environment_factory=..., or give the parameter a default: "
+                    f"def {func_name}(completions, environments=None, **kwargs)."
+                )
             if param.name in ("prompt", "completion"):
                 raise ValueError(
                     f"The reward function {func_name} needs the keyword `{param.name}`, which TRL never passes: it "
