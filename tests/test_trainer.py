@@ -431,3 +431,16 @@ def test_vllm_importance_weights_are_logged_and_applied(tiny_model_dir, tmp_path
     batch = recorder.batches[0]
     weight = trainer._sample_weight(batch, batch["completion_mask"], torch.float32)
     assert weight[batch["importance_sampling_ratio"][:, 0] == 0].abs().sum() == 0
+
+
+def test_model_card_cites_the_pacs_paper(tiny_model_dir, tmp_path):
+    trainer = PACSTrainer(
+        model=tiny_model_dir, reward_funcs=parity_reward, args=config(tmp_path), train_dataset=prompts()
+    )
+    trainer.create_model_card(model_name="tiny-pacs")
+    card = (Path(trainer.args.output_dir) / "README.md").read_text()
+    assert "trained with PACS, a method introduced in [Implicit Actor Critic Coupling via a Supervised" in card
+    assert "https://huggingface.co/papers/2509.02522" in card and "eprint       = {arXiv:2509.02522}" in card
+    assert "@article{li2025implicit" in card and "Jiaming Li and Longze Chen" in card
+    assert "DeepSeekMath" not in card and "2402.03300" not in card
+    assert "Cite TRL as:" in card  # the rest of TRL's card is kept
