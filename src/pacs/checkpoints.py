@@ -1,0 +1,241 @@
+"""Crash-safe checkpoints and the rollout buffer that makes a resumed run continue exactly.
+
+Two things the `transformers` checkpoint leaves out, for a run that is preempted, OOM-killed or crashes:
+
+1. **Completeness.** `resume_from_checkpoint=True` picks the newest `checkpoint-N` folder whatever its state, so a
+   run killed while it was writing one (minutes for a 4B/8B ZeRO-3 checkpoint with optimizer states) cannot resume.
+   `PACSTrainer` writes [`COMPLETE_MARKER`] into a checkpoint last, once every process has written its share; on
+   resume [`last_complete_checkpoint`] picks the newest folder that has it and says which ones it skipped and why.
+   Checkpoints saved without the marker (by `GRPOTrainer`, or by pacs before the marker existed) are used only where
+   no checkpoint of that output directory has one, and only with a `trainer_state.json`.
+2. **The rollout buffer.** With `steps_per_generation` > `gradient_accumulation_steps` (PACS's default: 4 optimizer
+   steps per generation) a checkpoint often falls in the middle of a generation batch; resuming without it would
+   generate new completions for the rest of that batch (a different run, and wasted generation time). Each process
+   saves its share of the buffered generation batch as [`rollout_file`] (token ids, masks, per-token log-probs,
+   labels: never logits) and its position in it; at a generation boundary nothing extra is written.
+
+The functions here are pure file handling; `PACSTrainer` calls them from `_save_checkpoint`,
+`_load_optimizer_and_scheduler` and `train`.
+
+>>> import tempfile, os
+>>> out = tempfile.mkdtemp()
+>>> os.makedirs(os.path.join(out, "checkpoint-2")); os.makedirs(os.path.join(out, "checkpoint-4"))
+>>> write_complete_marker(os.path.join(out, "checkpoint-2"), global_step=2)
+>>> path, skipped = last_complete_checkpoint(out)
+>>> os.path.basename(path), skipped
+('checkpoint-2', [('checkpoint-4', 'its save did not finish (no pacs_checkpoint_complete.json, no trainer_state.json)')])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "COMPLETE_MARKER",
+    "ROLLOUT_DIR",
+    "checkpoint_problem",
+    "last_complete_checkpoint",
+    "load_rollout",
+    "resolve_resume_checkpoint",
+    "rollout_file",
+    "save_rollout",
+    "write_complete_marker",
+]
+
+COMPLETE_MARKER = "pacs_checkpoint_complete.json"
+"""Written last into a checkpoint folder, after every process has saved its share: the folder is complete."""
+
+ROLLOUT_DIR = "pacs_rollout"
+"""Sub-folder of a mid-generation checkpoint holding one `rank<r>.pt` per process."""
+
+_TRAINER_STATE = "trainer_state.json"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+_FORMAT = 1
+
+
+def rollout_file(checkpoint_dir: str | os.PathLike, process_index: int) -> str:
+    """The file holding process `process_index`'s share of the buffered generation batch."""
+    return os.path.join(str(checkpoint_dir), ROLLOUT_DIR, f"rank{process_index}.pt")
+
+
+def save_rollout(
+    checkpoint_dir: str | os.PathLike,
+    process_index: int,
+    world_size: int,
+    step: int,
+    global_step: int,
+    buffered_inputs: list[dict[str, Any]],
+) -> int:
+    """Save this process's buffered generation batch (moved to CPU) and its micro-step counter; returns its bytes.
+
+    Args:
+        checkpoint_dir (`str`): The `checkpoint-N` folder being written.
+        process_index (`int`) / world_size (`int`): This process and the number of processes.
+        step (`int`): `GRPOTrainer._step`, the number of micro-batches trained so far.
+        global_step (`int`): The optimizer step of the checkpoint (checked on load).
+        buffered_inputs (`list[dict]`): `GRPOTrainer._buffered_inputs`, one dict of tensors per micro-batch slot.
+    """
+    import torch
+
+    def to_cpu(value):
+        if isinstance(value, torch.Tensor):
+            return value.detach().cpu()
+        if isinstance(value, dict):
+            return {k: to_cpu(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(to_cpu(v) for v in value)
+        return value
+
+    path = rollout_file(checkpoint_dir, process_index)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    payload = {
+        "format": _FORMAT,
+        "step": step,
+        "global_step": global_step,
+        "world_size": world_size,
+        "process_index": process_index,
+        "buffered_inputs": to_cpu(buffered_inputs),
+    }
+    torch.save(payload, path + ".tmp")
+    os.replace(path + ".tmp", path)  # never a half-written rollout under its final name
+    return os.path.getsize(path)
+
+
+def load_rollout(checkpoint_dir: str | os.PathLike, process_index: int, world_size: int, device) -> dict | None:
+    """This process's saved rollout (tensors on `device`), or `None` when the checkpoint is at a generation boundary.
+
+    Raises `ValueError` when the checkpoint was saved mid-generation by a different number of processes: each process
+    holds its own share of the generation batch, so the rest of that generation cannot be redistributed exactly.
+    """
+    import torch
+
+    folder = os.path.join(str(checkpoint_dir), ROLLOUT_DIR)
+    if not os.path.isdir(folder):
+        return None
+    saved = sorted(f for f in os.listdir(folder) if re.fullmatch(r"rank\d+\.pt", f))
+    if len(saved) != world_size:
+        raise ValueError(
+            f"{checkpoint_dir} was saved in the middle of a generation batch by {len(saved)} process(es), and this run "
+            f"has {world_size}: each process saved its own share of that batch, so it cannot continue exactly. Resume "
+            f"with {len(saved)} process(es), or from a checkpoint at a generation boundary (one without {ROLLOUT_DIR}/)."
+        )
+    payload = torch.load(rollout_file(checkpoint_dir, process_index), map_location=device, weights_only=True)
+    if payload.get("format") != _FORMAT:
+        raise ValueError(
+            f"{rollout_file(checkpoint_dir, process_index)} has an unknown format {payload.get('format')}."
+        )
+    return payload
+
+
+def write_complete_marker(checkpoint_dir: str | os.PathLike, **info: Any) -> None:
+    """Mark `checkpoint_dir` complete (atomically: a crash leaves either no marker or the whole one)."""
+    path = os.path.join(str(checkpoint_dir), COMPLETE_MARKER)
+    with open(path + ".tmp", "w") as f:
+        json.dump(info, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def checkpoint_problem(checkpoint_dir: str | os.PathLike, require_marker: bool = True) -> str | None:
+    """Why `checkpoint_dir` cannot be resumed from, or `None` when it is complete.
+
+    Args:
+        checkpoint_dir (`str`): A `checkpoint-N` folder.
+        require_marker (`bool`, *optional*, defaults to `True`): If `False`, a folder without [`COMPLETE_MARKER`] but
+            with a `trainer_state.json` (saved by `GRPOTrainer` or an older pacs) counts as complete.
+    """
+    path = str(checkpoint_dir)
+    if not os.path.isdir(path):
+        return "no such folder"
+    if os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
+        return None
+    if not os.path.isfile(os.path.join(path, _TRAINER_STATE)):
+        return f"its save did not finish (no {COMPLETE_MARKER}, no {_TRAINER_STATE})"
+    if require_marker:
+        return f"its save did not finish (no {COMPLETE_MARKER})"
+    return None
+
+
+def _checkpoints(output_dir: str) -> list[tuple[int, str]]:
+    if not os.path.isdir(output_dir):
+        return []
+    found = []
+    for name in os.listdir(output_dir):
+        match = _CHECKPOINT_RE.match(name)
+        if match and os.path.isdir(os.path.join(output_dir, name)):
+            found.append((int(match.group(1)), name))
+    return sorted(found)
+
+
+def _marked(output_dir: str) -> bool:
+    # the run that wrote these checkpoints marks complete ones: a checkpoint without the marker is then incomplete
+    return any(os.path.isfile(os.path.join(output_dir, name, COMPLETE_MARKER)) for _, name in _checkpoints(output_dir))
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> tuple[str | None, list[tuple[str, str]]]:
+    """The newest complete `checkpoint-N` folder of `output_dir`, and the newer ones skipped with the reason.
+
+    A folder is complete when it holds [`COMPLETE_MARKER`]. If no checkpoint of `output_dir` has one (a run saved by
+    `GRPOTrainer` or by pacs before the marker), a `trainer_state.json` is taken as the sign of completeness instead,
+    as transformers does.
+    """
+    output_dir = str(output_dir)
+    checkpoints = _checkpoints(output_dir)
+    marked = _marked(output_dir)
+    skipped = []
+    for _, name in reversed(checkpoints):
+        problem = checkpoint_problem(os.path.join(output_dir, name), require_marker=marked)
+        if problem is None:
+            return os.path.join(output_dir, name), skipped
+        skipped.append((name, problem))
+    return None, skipped
+
+
+def resolve_resume_checkpoint(
+    resume_from_checkpoint: str | bool | None, output_dir: str, verbose: bool = True
+) -> str | None:
+    """What to pass to `Trainer.train(resume_from_checkpoint=...)`: the newest complete checkpoint for `True`.
+
+    `True` (or the strings "true", "last", "latest" of a command line) picks [`last_complete_checkpoint`] of
+    `output_dir` and logs each newer folder it skipped; a named folder that is incomplete is a `ValueError` saying
+    what is missing. `None` / `False` resume nothing. `verbose=False` logs nothing (processes other than the main).
+    """
+    log = logger.warning if verbose else logger.debug
+    if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.lower() in ("true", "last", "latest"):
+        resume_from_checkpoint = True
+    if resume_from_checkpoint is None or resume_from_checkpoint is False:
+        return None
+    if resume_from_checkpoint is True:
+        path, skipped = last_complete_checkpoint(output_dir)
+        for name, reason in skipped:
+            log("Not resuming from %s: %s.", os.path.join(output_dir, name), reason)
+        if path is None:
+            detail = "; ".join(f"{name}: {reason}" for name, reason in skipped) or "no checkpoint-N folder"
+            raise ValueError(
+                f"resume_from_checkpoint=True found no complete checkpoint in {output_dir} ({detail}). Start without "
+                "resume_from_checkpoint, or name a checkpoint folder."
+            )
+        (logger.info if verbose else logger.debug)("Resuming from %s, the newest complete checkpoint.", path)
+        return path
+    path = str(resume_from_checkpoint)
+    problem = checkpoint_problem(path, require_marker=_marked(os.path.dirname(os.path.abspath(path))))
+    if problem is not None:
+        raise ValueError(
+            f"Cannot resume from {path}: {problem}. Pass resume_from_checkpoint=True to take the newest complete "
+            "checkpoint, or name another folder."
+        )
+    if not os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
+        log(
+            "%s has no %s: saved by another trainer or an older pacs; resuming from it as transformers would.",
+            path,
+            COMPLETE_MARKER,
+        )
+    return path

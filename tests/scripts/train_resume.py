@@ -1,0 +1,96 @@
+"""Train PACS on the tiny model saving every step, then resume from chosen checkpoints; launched by
+tests/test_checkpoints.py (which also calls `resume_runs` in-process).
+
+python tests/scripts/train_resume.py MODEL_DIR OUT_DIR P GA S ITERATIONS MAX_STEPS K [K ...]
+accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 1 2 4 1 4 1 3
+accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_resume.py MODEL_DIR OUT_DIR 4 1 4 1 4 2 --lora
+
+Completions are sampled (the tiny model, temperature 1), so a resumed run matches the uninterrupted one only if it
+continues the saved generation batch and the RNG exactly. Writes `resume<rank>.json`: the relative distance of each
+resumed run's final parameters to the uninterrupted run's, and at which optimizer steps each run generated.
+"""
+
+import json
+import os
+import sys
+
+import torch
+from datasets import Dataset
+from train_tiny import flat_parameters  # the same directory
+
+from pacs import PACSTrainer
+from pacs.testing import tiny_pacs_config
+
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2) for c in completions]
+
+
+def _train(model_dir, out_dir, numbers, resume=None, lora=False, **overrides):
+    per_device, grad_accum, steps_per_generation, iterations, max_steps = numbers
+    args = tiny_pacs_config(
+        out_dir,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=grad_accum,
+        steps_per_generation=steps_per_generation,
+        num_iterations=iterations,
+        max_steps=max_steps,
+        optim="sgd",
+        learning_rate=0.1,
+        lr_scheduler_type="linear",  # the scheduler's state must come back too
+        seed=3,
+        **overrides,
+    )
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(64)]})
+    trainer = PACSTrainer(
+        model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset, peft_config=peft_config
+    )
+    generated_at = []  # optimizer step at each generation
+    generate = trainer._generate_and_score_completions
+
+    def counting(inputs):
+        generated_at.append(trainer.state.global_step)
+        return generate(inputs)
+
+    trainer._generate_and_score_completions = counting
+    before = flat_parameters(trainer)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, before, flat_parameters(trainer), generated_at
+
+
+def resume_runs(model_dir, out_dir, numbers, resume_steps, lora=False) -> dict:
+    """The uninterrupted run (saving a checkpoint every step), then one resumed run per step in `resume_steps`."""
+    full_dir = os.path.join(out_dir, "full")
+    trainer, before, after, generated_at = _train(
+        model_dir, full_dir, numbers, lora=lora, save_strategy="steps", save_steps=1
+    )
+    update = (after - before).norm().item()
+    record = {"rank": trainer.accelerator.process_index, "update_norm": update, "generated_at": generated_at}
+    record["checkpoints"] = sorted(os.listdir(full_dir))
+    record["resumed"] = {}
+    for k in resume_steps:
+        checkpoint = os.path.join(full_dir, f"checkpoint-{k}")
+        _, _, resumed, resumed_generated_at = _train(
+            model_dir, os.path.join(out_dir, f"resumed-{k}"), numbers, resume=checkpoint, lora=lora
+        )
+        record["resumed"][k] = {
+            "relative_difference": ((resumed - after).norm() / max(update, 1e-30)).item(),
+            "generated_at": resumed_generated_at,
+            "rollout_saved": os.path.isdir(os.path.join(checkpoint, "pacs_rollout")),
+        }
+    return record
+
+
+if __name__ == "__main__":
+    model_dir, out_dir, *rest = sys.argv[1:]
+    lora = "--lora" in rest
+    values = [int(x) for x in rest if not x.startswith("--")]
+    result = resume_runs(model_dir, out_dir, values[:5], values[5:], lora=lora)
+    with open(os.path.join(out_dir, f"resume{result['rank']}.json"), "w") as f:
+        json.dump(result, f)
+    torch.distributed.barrier() if torch.distributed.is_initialized() else None

@@ -1,0 +1,271 @@
+"""Tests of `pacs.checkpoints` and `PACSTrainer`'s checkpoints: a run resumed from any checkpoint, in the middle of a
+generation batch or not, ends where the uninterrupted run ends; an interrupted save is skipped on resume."""
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+
+
+sys.path.insert(0, str(Path(__file__).parent / "scripts"))
+
+from train_resume import resume_runs  # noqa: E402
+
+from pacs import PACSTrainer  # noqa: E402
+from pacs.checkpoints import (  # noqa: E402
+    COMPLETE_MARKER,
+    ROLLOUT_DIR,
+    last_complete_checkpoint,
+    resolve_resume_checkpoint,
+    write_complete_marker,
+)
+from pacs.testing import tiny_pacs_config  # noqa: E402
+
+
+RESUME_SCRIPT = Path(__file__).parent / "scripts" / "train_resume.py"
+TOLERANCE = 1e-6  # relative to the update the uninterrupted run made
+
+
+def _checkpoint(output_dir: Path, step: int, complete: bool = True, trainer_state: bool = True) -> Path:
+    folder = output_dir / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    if trainer_state:
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    if complete:
+        write_complete_marker(folder, global_step=step)
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Which checkpoint a resume takes
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_newest_complete_checkpoint_is_taken_and_the_skipped_ones_are_named(tmp_path, caplog):
+    _checkpoint(tmp_path, 2)
+    _checkpoint(tmp_path, 10)  # numeric order, not string order
+    _checkpoint(tmp_path, 12, complete=False)  # killed after trainer_state.json, before the marker
+    _checkpoint(tmp_path, 14, complete=False, trainer_state=False)  # killed while writing the weights
+    (tmp_path / "checkpoint-16").write_text("not a folder")
+    path, skipped = last_complete_checkpoint(tmp_path)
+    assert path == str(tmp_path / "checkpoint-10")
+    assert [name for name, _ in skipped] == ["checkpoint-14", "checkpoint-12"]
+    assert all(COMPLETE_MARKER in reason for _, reason in skipped)
+    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+        assert resolve_resume_checkpoint(True, str(tmp_path)) == str(tmp_path / "checkpoint-10")
+        assert resolve_resume_checkpoint("true", str(tmp_path)) == str(tmp_path / "checkpoint-10")  # command line
+    assert "checkpoint-14" in caplog.text and "checkpoint-12" in caplog.text
+    assert resolve_resume_checkpoint(None, str(tmp_path)) is None
+    assert resolve_resume_checkpoint(False, str(tmp_path)) is None
+
+
+def test_a_named_incomplete_checkpoint_is_an_error_that_says_what_is_missing(tmp_path):
+    _checkpoint(tmp_path, 2)
+    _checkpoint(tmp_path, 4, complete=False)
+    with pytest.raises(ValueError, match=r"checkpoint-4: its save did not finish \(no pacs_checkpoint_complete"):
+        resolve_resume_checkpoint(str(tmp_path / "checkpoint-4"), str(tmp_path))
+    with pytest.raises(ValueError, match="no such folder"):
+        resolve_resume_checkpoint(str(tmp_path / "checkpoint-6"), str(tmp_path))
+    assert resolve_resume_checkpoint(str(tmp_path / "checkpoint-2"), str(tmp_path)) == str(tmp_path / "checkpoint-2")
+
+
+def test_no_complete_checkpoint_is_an_error_listing_why(tmp_path):
+    _checkpoint(tmp_path, 4, complete=False, trainer_state=False)
+    with pytest.raises(ValueError, match="found no complete checkpoint.*checkpoint-4: its save did not finish"):
+        resolve_resume_checkpoint(True, str(tmp_path))
+    with pytest.raises(ValueError, match="no checkpoint-N folder"):
+        resolve_resume_checkpoint(True, str(tmp_path / "empty"))
+
+
+def test_checkpoints_saved_without_the_marker_resume_as_transformers_would(tmp_path):
+    # GRPOTrainer's (or an older pacs's) checkpoints: a trainer_state.json is the sign of a finished save
+    _checkpoint(tmp_path, 2, complete=False)
+    _checkpoint(tmp_path, 4, complete=False, trainer_state=False)
+    path, skipped = last_complete_checkpoint(tmp_path)
+    assert path == str(tmp_path / "checkpoint-2") and [name for name, _ in skipped] == ["checkpoint-4"]
+    assert resolve_resume_checkpoint(path, str(tmp_path)) == path
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Exact resume, in one process
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _check_resumed(record: dict, grad_accum: int, generate_every: int):
+    """Every resumed run ends at the uninterrupted run's parameters and generates exactly when it did."""
+    assert record["update_norm"] > 0
+    for k, run in record["resumed"].items():
+        k = int(k)
+        mid_generation = (k * grad_accum) % generate_every != 0
+        assert run["rollout_saved"] == mid_generation, k  # at a generation boundary nothing extra is written
+        assert run["relative_difference"] <= TOLERANCE, (k, run["relative_difference"])
+        # a resume in the middle of a generation batch generates nothing until the next generation is due
+        assert run["generated_at"] == [step for step in record["generated_at"] if step >= k], k
+
+
+@pytest.mark.parametrize("steps_per_generation", [2, 4])
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_resume_from_every_checkpoint_matches_the_uninterrupted_run(
+    tiny_model_dir, tmp_path, steps_per_generation, grad_accum
+):
+    # one group of 4 per micro-batch; checkpoints after every optimizer step 1..5 of 6; sampled completions
+    record = resume_runs(tiny_model_dir, str(tmp_path), (4, grad_accum, steps_per_generation, 1, 6), [1, 2, 3, 4, 5])
+    assert len(record["generated_at"]) > 1
+    _check_resumed(record, grad_accum, steps_per_generation)
+
+
+def test_resume_with_groups_split_over_micro_batches(tiny_model_dir, tmp_path):
+    # per-device batch 1, G=4: 4 micro-batches per optimizer step, 2 optimizer steps per generation (split path)
+    record = resume_runs(tiny_model_dir, str(tmp_path), (1, 4, 8, 1, 4), [1, 2, 3])
+    _check_resumed(record, 4, 8)
+
+
+def test_resume_with_num_iterations(tiny_model_dir, tmp_path):
+    # 2 optimizer steps per pass over the generation batch, 2 passes: a generation every 4 optimizer steps
+    record = resume_runs(tiny_model_dir, str(tmp_path), (4, 1, 2, 2, 5), [1, 2, 3, 4])
+    assert record["generated_at"] == [0, 4]
+    _check_resumed(record, 1, 4)
+
+
+def test_resume_with_lora(tiny_model_dir, tmp_path):
+    record = resume_runs(tiny_model_dir, str(tmp_path), (4, 1, 4, 1, 3), [1, 2], lora=True)
+    _check_resumed(record, 1, 4)
+
+
+def test_resume_without_the_saved_rollout_regenerates_and_differs(tiny_model_dir, tmp_path, monkeypatch):
+    # What the saved rollout buys: without it (as with transformers alone), a resume in the middle of a generation
+    # batch generates new completions at once and ends elsewhere. This also shows the exactness test above can fail.
+    import pacs.trainer
+
+    monkeypatch.setattr(pacs.trainer, "load_rollout", lambda *args, **kwargs: None)
+    record = resume_runs(tiny_model_dir, str(tmp_path), (4, 1, 4, 1, 4), [1])
+    run = record["resumed"]["1"] if "1" in record["resumed"] else record["resumed"][1]
+    assert run["rollout_saved"] and run["generated_at"][0] == 1  # regenerated right away
+    assert run["relative_difference"] > 1e-3
+
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2) for c in completions]
+
+
+def test_interrupted_save_is_skipped_and_the_run_finishes(tiny_model_dir, tmp_path, caplog):
+    out = tmp_path / "out"
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(32)]})
+
+    def trainer(max_steps, **kwargs):
+        args = tiny_pacs_config(out, max_steps=max_steps, save_strategy="steps", save_steps=1, **kwargs)
+        return PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset)
+
+    trainer(2, steps_per_generation=4).train()
+    assert (out / "checkpoint-2" / COMPLETE_MARKER).exists() and (out / "checkpoint-2" / ROLLOUT_DIR).is_dir()
+    # a save of step 3 killed half-way through the weights: no trainer_state.json, no marker
+    shutil.copytree(out / "checkpoint-2", out / "checkpoint-3")
+    for name in (COMPLETE_MARKER, "trainer_state.json"):
+        (out / "checkpoint-3" / name).unlink()
+    weights = out / "checkpoint-3" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    resumed = trainer(4, steps_per_generation=4)
+    trained = []
+    training_step = resumed.training_step
+    resumed.training_step = lambda *a, **k: trained.append(resumed.state.global_step) or training_step(*a, **k)
+    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+        resumed.train(resume_from_checkpoint=True)
+    assert "Not resuming from" in caplog.text and "checkpoint-3" in caplog.text
+    assert trained == [2, 3]  # continued from checkpoint-2: optimizer steps 3 and 4
+    assert [e["step"] for e in resumed.state.log_history if "pacs/loss" in e] == [1, 2, 3, 4]
+    # the interrupted folder was written anew by the resumed run, complete this time
+    assert (out / "checkpoint-3" / COMPLETE_MARKER).exists() and (out / "checkpoint-3" / "trainer_state.json").exists()
+    assert last_complete_checkpoint(out)[0] == str(out / "checkpoint-4")
+    with pytest.raises(ValueError, match="its save did not finish"):
+        (out / "checkpoint-4" / COMPLETE_MARKER).unlink()
+        trainer(5).train(resume_from_checkpoint=str(out / "checkpoint-4"))
+
+
+def test_rotation_keeps_the_newest_complete_checkpoint(tiny_model_dir, tmp_path):
+    out = tmp_path / "out"
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(32)]})
+    args = tiny_pacs_config(out, max_steps=3, save_strategy="steps", save_steps=1, save_total_limit=1)
+    PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset).train()
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]
+    assert (out / "checkpoint-3" / COMPLETE_MARKER).exists()
+    marker = json.loads((out / "checkpoint-3" / COMPLETE_MARKER).read_text())
+    assert marker["global_step"] == 3 and marker["world_size"] == 1 and marker["rollout"] is True
+
+
+def test_rollout_is_compact(tiny_model_dir, tmp_path):
+    # token ids, masks, log-probs and labels only: no logits (vocabulary-sized) tensors
+    out = tmp_path / "out"
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(32)]})
+    args = tiny_pacs_config(out, max_steps=1, save_strategy="steps", save_steps=1, steps_per_generation=4)
+    trainer = PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset)
+    trainer.train()
+    saved = torch.load(out / "checkpoint-1" / ROLLOUT_DIR / "rank0.pt", weights_only=True)
+    assert saved["step"] == 1 and saved["world_size"] == 1 and len(saved["buffered_inputs"]) == 4
+    vocab = trainer.model.config.vocab_size
+    for batch in saved["buffered_inputs"]:
+        assert {"prompt_ids", "completion_ids", "completion_mask", "pacs_labels"} <= set(batch)
+        assert all(v.size(-1) != vocab for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() > 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Several processes, DeepSpeed ZeRO-3
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _launch_resume(tmp_path, launcher, model_dir, *numbers):
+    out = tmp_path / "out"
+    out.mkdir(parents=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [*launcher, str(RESUME_SCRIPT), model_dir, str(out), *map(str, numbers)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return [json.loads(p.read_text()) for p in sorted(out.glob("resume*.json"))]
+
+
+def _accelerate():
+    exe = shutil.which("accelerate")
+    return [exe] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
+
+
+@pytest.mark.distributed
+def test_resume_on_two_processes_with_rows_exchanged(tiny_model_dir, tmp_path):
+    # 2 processes x 1 row x 2 accumulation steps = one group of 4 per optimizer step, 2 optimizer steps per generation:
+    # the rows are exchanged between processes after each generation; each process saves and restores its own share
+    launcher = [*_accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    records = _launch_resume(tmp_path, [*launcher, "--main_process_port", "29531"], tiny_model_dir, 1, 2, 4, 1, 4, 1, 2)
+    assert [r["rank"] for r in records] == [0, 1]
+    for record in records:
+        _check_resumed(record, 2, 4)
+    assert os.path.isfile(tmp_path / "out" / "full" / "checkpoint-1" / ROLLOUT_DIR / "rank1.pt")
+
+
+ZERO3_CPU = """\
+compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  zero_stage: 3
+  zero3_init_flag: true
+  offload_optimizer_device: none
+  offload_param_device: none
+mixed_precision: 'no'
+num_machines: 1
+num_processes: 1
+use_cpu: true
+"""
+
+
+@pytest.mark.distributed
+def test_resume_under_deepspeed_zero3(tiny_model_dir, tmp_path):
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU)
+    launcher = [*_accelerate(), "launch", "--config_file", str(tmp_path / "zero3_cpu.yaml")]
+    (record,) = _launch_resume(
+        tmp_path, [*launcher, "--main_process_port", "29532"], tiny_model_dir, 4, 1, 4, 1, 3, 1
+    )
+    _check_resumed(record, 1, 4)
