@@ -39,7 +39,9 @@ vLLM in server mode on its own GPUs (here GPUs 4-7 generate, GPUs 0-3 train; res
         --num_processes 4 examples/train_qwen.py --config examples/recipes/qwen3_4b_pacs.yaml \
         --vllm_mode server --gradient_accumulation_steps 64 --steps_per_generation 256 --expected_world_size 4
 
-Resume from the last checkpoint in `output_dir` with `--resume_from_checkpoint true` (or give a checkpoint folder).
+Resume from the newest complete checkpoint in `output_dir` with `--resume_from_checkpoint true` (a checkpoint whose save
+was cut short by a crash is skipped, with a warning naming it), or give a checkpoint folder. PACS resumes exactly, in
+the middle of a generation batch too (docs/recipes.md, "Resuming after a crash").
 Models load by hub id or local path, without running code from the hub unless `--trust_remote_code true`.
 """
 
@@ -51,6 +53,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 
 from pacs import PACSConfig, PACSTrainer
+from pacs.checkpoints import resolve_resume_checkpoint
 from pacs.checks import check_model_path, check_train_dataset
 from pacs.data import PROMPT_SUFFIX, load_benchmark, load_train_dataset
 from pacs.rewards import get_reward_funcs
@@ -250,10 +253,10 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
         arithmetic = batch_arithmetic(training_args)
         print(f"{script_args.algorithm} on {len(train_dataset)} problems, {backend}: {arithmetic}")
 
-    # 4. Train, resuming if asked (`--resume_from_checkpoint true` picks the last checkpoint in output_dir).
-    resume = training_args.resume_from_checkpoint
-    if isinstance(resume, str) and resume.lower() in ("true", "last", "latest"):
-        resume = True
+    # 4. Train, resuming if asked (`--resume_from_checkpoint true`: the newest complete checkpoint in output_dir).
+    resume = resolve_resume_checkpoint(
+        training_args.resume_from_checkpoint, training_args.output_dir, verbose=trainer.accelerator.is_main_process
+    )
     trainer.train(resume_from_checkpoint=resume)
 
     # 5. Save (LoRA: the adapter; ZeRO-3: the gathered 16-bit weights) and push like any TRL script.

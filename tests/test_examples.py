@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -275,10 +276,18 @@ def test_tiny_recipe_runs_then_resumes(tiny_model_dir, tmp_path):
     logged = {key for entry in state["log_history"] for key in entry}
     assert {"pacs/loss", "pacs/psi_mean", "pacs/critic_accuracy", "eval_reward"} <= logged
 
-    # 2. resume from the last checkpoint in output_dir and finish at step 4
-    run([sys.executable, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "4", "--eval_strategy", "no",
-                                    "--save_strategy", "steps", "--save_steps", "2",
-                                    "--resume_from_checkpoint", "true")])  # fmt: skip
+    # 2. a save of step 3 killed half-way through the weights (no trainer_state.json, no completion marker)
+    shutil.copytree(output_dir / "checkpoint-2", output_dir / "checkpoint-3")
+    (output_dir / "checkpoint-3" / "trainer_state.json").unlink()
+    (output_dir / "checkpoint-3" / "pacs_checkpoint_complete.json").unlink()
+    weights = output_dir / "checkpoint-3" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:64])
+
+    # 3. resume from the newest complete checkpoint in output_dir (2, not 3) and finish at step 4
+    result = run([sys.executable, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "4", "--eval_strategy", "no",
+                                             "--save_strategy", "steps", "--save_steps", "2",
+                                             "--resume_from_checkpoint", "true")])  # fmt: skip
+    assert "Not resuming from" in result.stderr and "checkpoint-3: its save did not finish" in result.stderr
     state = json.loads((output_dir / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     steps = [entry["step"] for entry in state["log_history"] if "pacs/loss" in entry]
