@@ -4,7 +4,12 @@ make test-vllm PYTEST_ARGS="-k colocate"
 """
 
 import gc
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +146,44 @@ def test_colocate_lora_pushes_merged_weights(vllm_model_dir, tmp_path, vllm_floa
     assert not any(getattr(m, "merged", False) for m in trainer.model.modules()), "adapters unmerged after the push"
     _release(trainer)
     torch.manual_seed(0)
+
+
+# Server mode --------------------------------------------------------------------------------------------------------
+SERVER_SCRIPT = Path(__file__).parent / "scripts" / "train_server.py"
+
+
+def test_server_mode_stubbed_weight_push_one_process(vllm_server, vllm_model_dir, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(SERVER_SCRIPT.parent))
+    from train_server import train
+
+    record = train(vllm_model_dir, str(tmp_path), vllm_server, 4, 1, 1, 2)  # one group per step, 2 steps
+    assert record["layout"] is None and len(record["seen"]) == 2
+    assert all(s["labels"] == s["recomputed"] for s in record["seen"]), "labels must follow their completions"
+    logs = [e for e in record["log_history"] if "pacs/loss" in e]
+    assert len(logs) == 2 and all(
+        math.isfinite(e["pacs/loss"]) and math.isfinite(e["pacs/is_ratio_mean"]) for e in logs
+    )
+
+
+def test_server_mode_stubbed_weight_push_two_processes_exchange(vllm_server, vllm_model_dir, tmp_path, free_port):
+    # 2 processes x 1 row x 2 accumulation steps = one group of 4 per optimizer step, 2 optimizer steps per
+    # generation: each process received one whole group from the server, and the rows are exchanged so that each
+    # step holds a whole group. 4 steps: 2 generations.
+    out = tmp_path / "out"
+    out.mkdir()
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    launch += ["--num_machines", "1", "--main_process_port", str(free_port)]
+    cmd = [*launch, str(SERVER_SCRIPT), vllm_model_dir, str(out), vllm_server, "1", "2", "4", "4"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    records = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in records] == [2, 2] and all(r["layout"] == "exchange" for r in records)
+    for r in records:
+        assert len(r["seen"]) == 8 and all(s["labels"] == s["recomputed"] for s in r["seen"])
+    for step in range(4):  # micro-batches 2*step, 2*step+1 of both processes form one optimizer step
+        rows = sorted(i for r in records for s in r["seen"][2 * step : 2 * step + 2] for i in s["index"])
+        assert len(rows) == 4 and len({i // 4 for i in rows}) == 1, f"step {step} must hold one whole group: {rows}"
+    logs = [e for e in records[0]["log_history"] if "pacs/loss" in e]
+    assert len(logs) == 4 and all(math.isfinite(e["pacs/loss"]) for e in logs)
+    assert len([e for e in records[0]["log_history"] if "pacs/is_ratio_mean" in e]) == 2
