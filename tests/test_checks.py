@@ -662,3 +662,88 @@ def test_trainer_trains_on_environment_owned_data_and_reward_alone(tool_model_di
     assert first["rewards/ScoredEnvironment/mean"] == pytest.approx(0.5)
     assert first["pacs/rollout_label_mean"] == pytest.approx(0.5)
     assert changed, "no parameter changed"
+
+
+def multiply(a: int, b: int) -> int:
+    """
+    Multiply two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+
+    Returns:
+        The product of the two integers.
+    """
+    return a * b
+
+
+def test_trainer_trains_with_tools(tool_model_dir, tmp_path):
+    # TRL's test_train_with_tools: every group has one completion that calls the tool and one that does not
+    def called_a_tool(completions, **kwargs):
+        return [float(any(message.get("tool_calls") for message in completion)) for completion in completions]
+
+    def reply(prompt, i):
+        if "<tool_response>" in prompt:
+            return "It is 12."
+        return "I don't know." if i % 2 else _tool_call("multiply", a=3, b=4)
+
+    questions = [[{"role": "user", "content": f"What is {i} times 4?"}] for i in range(16)]
+    trainer, changed = _train_with_environments(
+        tool_model_dir,
+        tmp_path,
+        reply,
+        reward_funcs=called_a_tool,
+        train_dataset=Dataset.from_dict({"prompt": questions}),
+        tools=[multiply],
+        config={"per_device_train_batch_size": 4, "max_steps": 1},
+    )
+    first = trainer.state.log_history[0]
+    assert first["tools/call_frequency"] == pytest.approx(0.5) and first["tools/failure_frequency"] == 0.0
+    assert first["pacs/rollout_label_mean"] == pytest.approx(0.5)
+    assert changed, "no parameter changed"
+
+
+def test_trainer_trains_with_a_rollout_func_whose_fields_feed_the_rewards(tiny_model_dir, tmp_path):
+    # the reward needs `found`, which is no dataset column: the rollout function returns it (TRL merges it into the
+    # reward keywords), so the check lets it through and PACSTrainer trains on it
+    from pacs import PACSTrainer
+    from pacs.testing import tiny_pacs_config
+
+    def rollout(prompts, trainer):
+        tokenizer = trainer.processing_class
+        texts = ["No idea." if i % 2 else "It is 4." for i in range(len(prompts))]
+        completion_ids = [tokenizer.encode(text) + [tokenizer.eos_token_id] for text in texts]
+        return {
+            "prompt_ids": [tokenizer.encode(prompt) for prompt in prompts],
+            "completion_ids": completion_ids,
+            "logprobs": [[0.0] * len(ids) for ids in completion_ids],
+            "found": [i % 2 == 0 for i in range(len(prompts))],
+        }
+
+    def found_reward(completions, found, **kwargs):
+        return [float(f) for f in found]
+
+    args = tiny_pacs_config(tmp_path / "out", max_steps=2)
+    trainer = PACSTrainer(
+        tiny_model_dir, reward_funcs=found_reward, args=args, train_dataset=prompts_only(16), rollout_func=rollout
+    )
+    trainer.train()
+    first = trainer.state.log_history[0]
+    assert first["rewards/found_reward/mean"] == pytest.approx(0.5) and first["pacs/frac_mixed_groups"] == 1.0
+
+
+def test_trainer_trains_on_an_iterable_dataset(tiny_model_dir, tmp_path):
+    def parity_reward(completions, **kwargs):
+        return [float(len(c) % 2) for c in completions]
+
+    trainer = _build_and_train(
+        tiny_model_dir,
+        tmp_path,
+        parity_reward,
+        prompts_only(32).to_iterable_dataset(),
+        max_steps=4,
+        steps_per_generation=4,
+    )
+    assert trainer.state.global_step == 4
+    assert all(math.isfinite(entry["loss"]) for entry in trainer.state.log_history if "loss" in entry)
