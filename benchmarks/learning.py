@@ -51,6 +51,7 @@ CONFIGS = {
     "RLOO": ("rloo", {}),
 }
 COMPLETION_TOKENS = 32  # 3 columns x "a+b+c=dd" + 2 commas + ">" + 4 answer digits + eos
+RATIO_CLIP = "clip_ratio/region_mean"  # GRPO's and RLOO's share of tokens whose importance ratio was clipped
 
 
 # 1. Task, tokenizer, model ----------------------------------------------------------------------------------------
@@ -211,7 +212,8 @@ def make_trainer(family: str, extra: dict, lr: float, args, model_path, tokenize
         num_generations=args.num_generations,
         per_device_train_batch_size=args.prompts_per_step * args.num_generations,
         gradient_accumulation_steps=1,
-        steps_per_generation=args.steps_per_generation,  # = optimizer steps per generation (GA is 1)
+        steps_per_generation=args.steps_per_generation,  # GA is 1: each step takes the next slice of a generation
+        num_iterations=args.num_iterations,  # passes over each generation batch (TRL's mu)
         max_completion_length=COMPLETION_TOKENS,
         temperature=1.0,
         beta=0.0,  # no KL / reference model for any of the three
@@ -276,7 +278,8 @@ def run_one(name: str, lr: float, seed: int, args, model_path: str, tokenizer, t
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    critic = _common.critic_summary(trainer.critic_records, args.steps_per_generation)
+    # TRL generates every steps_per_generation * num_iterations optimizer steps (GA is 1); the others are off-policy
+    critic = _common.critic_summary(trainer.critic_records, args.steps_per_generation * args.num_iterations)
     clip = _common.clip_fraction(train_log, 1.0)
     print(
         f"[rl] {name:20s} lr {lr:g} seed {seed}: val {curve[0][1]:.3f} -> {curve[-1][1]:.3f}, test "
@@ -297,7 +300,7 @@ def run_one(name: str, lr: float, seed: int, args, model_path: str, tokenizer, t
         "clip_fraction": clip,
         "psi_std": [e["pacs/psi_std"] for e in train_log if "pacs/psi_std" in e],
         "train_log": [
-            {k: v for k, v in e.items() if k in ("step", "grad_norm", "reward", "pacs/critic_accuracy")}
+            {k: v for k, v in e.items() if k in ("step", "grad_norm", "reward", "pacs/critic_accuracy", RATIO_CLIP)}
             for e in train_log
         ],
     }
@@ -476,6 +479,20 @@ def plot(runs: list[dict], picked: dict, path: Path, title: str) -> None:
 # 5. Main ----------------------------------------------------------------------------------------------------------
 
 
+def add_task_args(p: argparse.ArgumentParser) -> None:
+    """The model, SFT warm start and RL batch settings that learning.py and reuse.py share."""
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--hidden-size", dest="hidden_size", type=int, default=128)
+    p.add_argument("--num-layers", dest="num_layers", type=int, default=2)
+    p.add_argument("--sft-lr", dest="sft_lr", type=float, default=2e-3)
+    p.add_argument("--sft-target", dest="sft_target", type=float, default=0.3, help="stop SFT at this dev accuracy")
+    p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=2000)
+    p.add_argument("--sft-batch-size", dest="sft_batch_size", type=int, default=128)
+    p.add_argument("--num-generations", dest="num_generations", type=int, default=8)
+    p.add_argument("--prompts-per-step", dest="prompts_per_step", type=int, default=8)
+    p.add_argument("--report-only", dest="report_only", action="store_true", help="redo table/plot from the json")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out-dir", default=str(HERE / "results"), help="where learning.{json,png,md} go")
@@ -483,21 +500,13 @@ def parse_args(argv):
     p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="the first one also picks the lr")
     p.add_argument("--lr-grid", dest="lr_grid", nargs="+", type=float, default=[3e-6, 1e-5, 3e-5, 1e-4, 3e-4])
-    p.add_argument("--hidden-size", dest="hidden_size", type=int, default=128)
-    p.add_argument("--num-layers", dest="num_layers", type=int, default=2)
-    p.add_argument("--sft-lr", dest="sft_lr", type=float, default=2e-3)
-    p.add_argument("--sft-target", dest="sft_target", type=float, default=0.3, help="stop SFT at this dev accuracy")
-    p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=2000)
-    p.add_argument("--sft-batch-size", dest="sft_batch_size", type=int, default=128)
+    add_task_args(p)
     p.add_argument("--max-steps", dest="max_steps", type=int, default=120, help="RL optimizer steps per run")
-    p.add_argument("--num-generations", dest="num_generations", type=int, default=8)
-    p.add_argument("--prompts-per-step", dest="prompts_per_step", type=int, default=8)
     p.add_argument("--steps-per-generation", dest="steps_per_generation", type=int, default=4)
+    p.add_argument("--num-iterations", dest="num_iterations", type=int, default=1, help="TRL's passes per generation")
     p.add_argument("--eval-every", dest="eval_every", type=int, default=20)
     p.add_argument("--thresholds", nargs="+", type=float, default=[0.6, 0.65])
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--smoke", action="store_true", help="one tiny iteration: 1 seed, 1 lr, 2 RL steps, 25 SFT steps")
-    p.add_argument("--report-only", dest="report_only", action="store_true", help="redo table/plot from the json")
     args = p.parse_args(argv)
     if args.smoke:
         args.seeds, args.lr_grid, args.max_steps, args.eval_every, args.steps_per_generation = [0], [1e-4], 2, 1, 2
@@ -593,17 +602,22 @@ def report(raw: dict, out_dir: Path, smoke: bool) -> dict:
     return tables
 
 
+def load_raw(raw_path: Path, verdict_path: Path) -> dict:
+    """A finished run's raw JSON, with the verdict (written by a person after reading the tables) if there is one."""
+    raw = json.loads(raw_path.read_text())
+    if verdict_path.exists():
+        raw["verdict"] = verdict_path.read_text().strip()
+    return raw
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     out_dir, work_dir = Path(args.out_dir), Path(args.work_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     raw_path = out_dir / ("learning_smoke.json" if args.smoke else "learning.json")
     if args.report_only:
-        raw = json.loads(raw_path.read_text())
+        raw = load_raw(raw_path, out_dir / "learning_verdict.md")
         raw["args"]["thresholds"] = args.thresholds  # a report choice, not a run setting
-        verdict = out_dir / "learning_verdict.md"  # the reading, written by a person after looking at the tables
-        if verdict.exists():
-            raw["verdict"] = verdict.read_text().strip()
         report(raw, out_dir, args.smoke)
         return raw
     torch.set_num_threads(args.threads)
@@ -621,6 +635,7 @@ def main(argv=None) -> dict:
     raw = {"info": info, "args": vars(args), "argv": sys.argv, "sft": sft_meta, "runs": runs}
     if raw_path.exists() and not args.smoke:  # resume: keep finished runs with the same settings
         old = json.loads(raw_path.read_text())
+        old["args"].setdefault("num_iterations", 1)  # runs from before the option existed
         free = ("seeds", "configs", "lr_grid", "report_only", "thresholds")  # settings that do not change a run
         same = {k: v for k, v in old["args"].items() if k not in free}
         if same == {k: v for k, v in vars(args).items() if k not in free}:

@@ -109,3 +109,33 @@ def test_step_cost_split_smoke(tmp_path):
     assert "## Goals" in md and "PACS / GRPO same batch" in md
     saved = json.loads((tmp_path / "split_cost_smoke.json").read_text())
     assert saved["results"] == json.loads(json.dumps(out["results"]))
+
+
+def test_reuse_smoke(tmp_path):
+    reuse = _load("reuse")
+    argv = ["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")]
+    raw = reuse.main(argv)
+    cells = {(r["config"], r["steps_per_generation"], r["num_iterations"]) for r in raw["runs"]}
+    assert cells == {(name, k, mu) for name in reuse.ALGORITHMS for k, mu in [(1, 1), (2, 1), (1, 2)]}
+    for r in raw["runs"]:
+        mu = r["num_iterations"]
+        # equal generated completions (16 = 2 steps of 2 prompts x 4): mu passes take mu x the optimizer steps,
+        # evaluated at the same completion counts (0, 8, 16) for every cell
+        assert [c[0] for c in r["curve"]] == [0, mu, 2 * mu]
+        assert [n for n, _, _ in reuse.completions_curve(r, 8)] == [0, 8, 16]
+        assert 0.0 <= r["clip_fraction"] <= 1.0
+        off_policy = r["steps_per_generation"] * mu > 1
+        assert (r["critic"] is not None) == (r["config"].startswith("PACS") and off_policy)
+        if r["critic"]:
+            assert r["critic"]["off_policy_steps"] == (1 if mu == 1 else 2)  # k=2: step 1; mu=2: steps 1 and 3
+    md = (tmp_path / "reuse_smoke.md").read_text()
+    assert "num_iterations 2" in md and "PACS b=1 balanced − GRPO, k=2" in md
+    # a second invocation reuses the 9 cached runs, and the report can be redone from the json alone
+    again = reuse.main(argv)
+    curves = {(r["config"], r["steps_per_generation"], r["num_iterations"]): r["curve"] for r in raw["runs"]}
+    assert {(r["config"], r["steps_per_generation"], r["num_iterations"]): r["curve"] for r in again["runs"]} == curves
+    assert len(list((tmp_path / "work" / "reuse_runs").glob("*.json"))) == 9
+    md = (tmp_path / "reuse_smoke.md").read_text()
+    (tmp_path / "reuse_smoke.md").unlink()
+    reuse.main([*argv, "--report-only"])
+    assert (tmp_path / "reuse_smoke.md").read_text() == md
