@@ -1,0 +1,31 @@
+"""`benchmarks/vllm_gpu_check.py --smoke`: the GPU check starts and reports, on CPU with vLLM's CPU build.
+
+make test-vllm PYTEST_ARGS="-k gpu_check"
+"""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+
+pytestmark = pytest.mark.vllm
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "vllm_gpu_check.py"
+
+
+def test_vllm_gpu_check_smoke(tmp_path):
+    spec = importlib.util.spec_from_file_location("vllm_gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runs = module.main(["--smoke", "--out-dir", str(tmp_path)])
+    assert [r["algorithm"] for r in runs] == ["pacs", "grpo"]
+    for run in runs:
+        assert run["step_s"] and run["generation_s"] and run["peak_mem_gib"] > 0
+        assert run["logp_diff_mean"] and all(0 <= v < 0.02 for v in run["logp_diff_mean"])  # bf16 floor on CPU
+    (pacs,) = [r for r in runs if r["algorithm"] == "pacs"]
+    assert pacs["is_ratio_mean"] and all(math.isfinite(v) and 0.5 < v < 2 for v in pacs["is_ratio_mean"])
+    table = (tmp_path / "vllm_cpu.md").read_text()
+    assert "| pacs |" in table and "| grpo |" in table and "say nothing about speed on a GPU" in table
+    assert (tmp_path / "vllm_cpu.json").exists()
