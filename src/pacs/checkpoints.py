@@ -84,15 +84,6 @@ def save_rollout(
     """
     import torch
 
-    def to_cpu(value):
-        if isinstance(value, torch.Tensor):
-            return value.detach().cpu()
-        if isinstance(value, dict):
-            return {k: to_cpu(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return type(value)(to_cpu(v) for v in value)
-        return value
-
     path = rollout_file(checkpoint_dir, process_index)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     payload = {
@@ -101,11 +92,23 @@ def save_rollout(
         "global_step": global_step,
         "world_size": world_size,
         "process_index": process_index,
-        "buffered_inputs": to_cpu(buffered_inputs),
+        "buffered_inputs": _to_device(buffered_inputs, "cpu"),
     }
     torch.save(payload, path + ".tmp")
     os.replace(path + ".tmp", path)  # never a half-written rollout under its final name
     return os.path.getsize(path)
+
+
+def _to_device(value, device):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
 
 
 def load_rollout(checkpoint_dir: str | os.PathLike, process_index: int, world_size: int, device) -> dict | None:
@@ -126,11 +129,12 @@ def load_rollout(checkpoint_dir: str | os.PathLike, process_index: int, world_si
             f"has {world_size}: each process saved its own share of that batch, so it cannot continue exactly. Resume "
             f"with {len(saved)} process(es), or from a checkpoint at a generation boundary (one without {ROLLOUT_DIR}/)."
         )
-    payload = torch.load(rollout_file(checkpoint_dir, process_index), map_location=device, weights_only=True)
+    payload = torch.load(rollout_file(checkpoint_dir, process_index), map_location="cpu", weights_only=True)
     if payload.get("format") != _FORMAT:
         raise ValueError(
             f"{rollout_file(checkpoint_dir, process_index)} has an unknown format {payload.get('format')}."
         )
+    payload["buffered_inputs"] = _to_device(payload["buffered_inputs"], device)
     return payload
 
 

@@ -19,6 +19,9 @@ the loss needs:
    (`pacs.loss.pacs_coefficients`): the exact whole-group gradient.
 
 The user's data, reward functions and model path are checked before anything loads or generates (`pacs.checks`).
+Checkpoints are marked complete once every process has saved, and a checkpoint in the middle of a generation batch
+carries that batch, so `resume_from_checkpoint=True` takes the newest complete one and continues exactly
+(`pacs.checkpoints`).
 """
 
 from __future__ import annotations
@@ -27,16 +30,27 @@ import contextlib
 import functools
 import logging
 import math
+import os
+import shutil
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 import trl
 from packaging.version import Version
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer import grpo_trainer as _grpo_module
 from trl.trainer.utils import get_config_model_id
 
+from .checkpoints import (
+    COMPLETE_MARKER,
+    ROLLOUT_DIR,
+    load_rollout,
+    resolve_resume_checkpoint,
+    save_rollout,
+    write_complete_marker,
+)
 from .checks import UnlabeledBatchTracker, check_model_path, check_train_dataset, validated_reward_func
 from .config import PACSConfig
 from .labels import reward_to_label
@@ -212,6 +226,20 @@ class PACSTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "pacs"]
     _name = "PACS"
+    _paper = {  # the model card (TRL's `create_model_card`) cites this paper, not GRPO's
+        "title": "Implicit Actor Critic Coupling via a Supervised Learning Framework for RLVR",
+        "id": "2509.02522",
+        # docstyle-ignore
+        "citation": (
+            "@article{li2025implicit,\n"
+            "    title        = {{Implicit Actor Critic Coupling via a Supervised Learning Framework for RLVR}},\n"
+            "    author       = {Jiaming Li and Longze Chen and Ze Gong and Yukun Chen and Lu Wang and Wanwei He and "
+            "Run Luo and Min Yang},\n"
+            "    year         = 2025,\n"
+            "    eprint       = {arXiv:2509.02522},\n"
+            "}"
+        ),
+    }
 
     def __init__(self, model, reward_funcs=None, args: PACSConfig | None = None, **kwargs):
         if isinstance(model, str):
@@ -246,6 +274,7 @@ class PACSTrainer(GRPOTrainer):
                 check_train_dataset(
                     dataset, reward_funcs, name=name if key is None else f"{name}[{key!r}]",
                     remove_unused_columns=args.remove_unused_columns, rollout_func=kwargs.get("rollout_func"),
+                    environment_factory=kwargs.get("environment_factory"),
                 )  # fmt: skip
         super().__init__(model, reward_funcs, args=args, **kwargs)
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
@@ -273,6 +302,81 @@ class PACSTrainer(GRPOTrainer):
                 f"({G}) so that TRL's evaluation sees whole groups; use per_device_eval_batch_size in {valid} or "
                 "set num_generations_eval."
             )
+
+    def _generate_single_turn(self, *args, **kwargs):
+        # Mixture-of-experts checkpoints whose config says `output_router_logits=True` (as TRL's SFTTrainer saves them)
+        # compute the load-balancing loss in every forward, `generate`'s included. There, each cached decoding step
+        # has router logits for one new token per row but the attention mask of the whole sequence, and transformers'
+        # `load_balancing_loss_func` fails on their shapes as soon as the mask is kept, i.e. the prompts of the batch
+        # differ in length (several groups: PACS's 4 optimizer steps per generation). Generation needs no router
+        # logits; the update still gets its auxiliary loss (`_compute_loss` asks for it explicitly).
+        with _no_router_logits(self.model):
+            return super()._generate_single_turn(*args, **kwargs)
+
+    # checkpoints: crash-safe, and exact to resume in the middle of a generation batch (`pacs.checkpoints`) -------
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """`Trainer.train`, resuming from the newest *complete* checkpoint for `resume_from_checkpoint=True`.
+
+        A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`) is skipped with a warning that
+        says why; a named incomplete one is an error (see `pacs.checkpoints`).
+        """
+        resume = resolve_resume_checkpoint(
+            resume_from_checkpoint, self.args.output_dir, verbose=self.accelerator.is_main_process
+        )
+        return super().train(
+            resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
+        )
+
+    def _save_checkpoint(self, model, trial):
+        # 1. mid-generation: each process saves its share of the buffered generation batch first, so that a folder
+        #    with a trainer_state.json never lacks it; 2. the checkpoint itself (TRL: model card, model, optimizer,
+        #    RNG states, trainer state) with rotation held back; 3. once every process is done, the completion marker,
+        #    and only then the rotation, so that the newest complete checkpoint is never the one deleted.
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:  # leftovers of an earlier, interrupted save of this step
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, COMPLETE_MARKER))
+            shutil.rmtree(os.path.join(folder, ROLLOUT_DIR), ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        mid_generation = self._buffered_inputs is not None and self._step % self._generate_every != 0
+        if mid_generation:
+            size = save_rollout(
+                folder, self.accelerator.process_index, self.accelerator.num_processes, self._step,
+                self.state.global_step, self._buffered_inputs,
+            )  # fmt: skip
+            logger.debug("Saved %d bytes of buffered rollout to %s", size, folder)
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            write_complete_marker(
+                folder, global_step=self.state.global_step, world_size=self.accelerator.num_processes,
+                rollout=mid_generation,
+            )  # fmt: skip
+            _rotate_checkpoints(self, run_dir)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        rollout = load_rollout(
+            checkpoint, self.accelerator.process_index, self.accelerator.num_processes, self.accelerator.device
+        )
+        if rollout is not None:  # continue the saved generation batch instead of generating a new one
+            self._buffered_inputs, self._step = rollout["buffered_inputs"], rollout["step"]
+            if self.accelerator.is_main_process:
+                left = self._generate_every - self._step % self._generate_every
+                logger.info("Resuming inside a generation batch: %d micro-batch(es) of it left.", left)
+
+    @property
+    def _generate_every(self) -> int:
+        """Micro-batches between two generations (GRPOTrainer's `steps_per_generation * num_iterations`)."""
+        return self.args.steps_per_generation * self.num_iterations
 
     # 1. labels -------------------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -604,11 +708,38 @@ class PACSTrainer(GRPOTrainer):
         metrics["pacs/frac_mixed_groups"].append(mixed.mean().item())
 
 
+def _rotate_checkpoints(trainer, run_dir: str) -> None:
+    # transformers' rotation, run by PACSTrainer after the completion marker (see `_save_checkpoint`)
+    if hasattr(trainer, "_rotate_checkpoints"):  # transformers < 5
+        trainer._rotate_checkpoints(use_mtime=True, output_dir=run_dir)
+        return
+    from transformers.trainer_utils import rotate_checkpoints
+
+    rotate_checkpoints(
+        output_dir=run_dir, save_total_limit=trainer.args.save_total_limit,
+        best_model_checkpoint=trainer.state.best_model_checkpoint, use_mtime=True,
+    )  # fmt: skip
+
+
 @contextlib.contextmanager
 def _no_checkpointing(trainer):
     # A forward without grad needs no activation checkpointing (and with use_reentrant=True it warns); TRL's helper.
     with _grpo_module.disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
         yield
+
+
+@contextlib.contextmanager
+def _no_router_logits(model):
+    # Turns the config flag off (model config and text sub-config, e.g. of a vision-language MoE) and restores it.
+    configs = {id(c): c for c in (model.config, model.config.get_text_config())}.values()
+    turned_off = [c for c in configs if getattr(c, "output_router_logits", False)]
+    for config in turned_off:
+        config.output_router_logits = False
+    try:
+        yield
+    finally:
+        for config in turned_off:
+            config.output_router_logits = True
 
 
 __all__ = ["PACSTrainer", "exchange_order", "shuffle_groups", "split_layout"]
