@@ -14,7 +14,8 @@ import pytest
 
 
 # vLLM's own switch for CPU CI: trace the model with dynamo and run it eagerly instead of compiling it with inductor
-# (about a minute per engine on 2 cores); 1 GiB of KV cache is plenty for these models.
+# (about a minute per engine on 2 cores); 1 GiB of KV cache is plenty for these models; the engine runs in the calling
+# process (one vLLM import per server, none per `pacs eval`).
 os.environ.setdefault("VLLM_CPU_CI_ENV", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

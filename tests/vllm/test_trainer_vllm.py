@@ -107,6 +107,12 @@ def test_colocate_vllm_follows_trained_weights(vllm_model_dir, tmp_path, vllm_fl
     # generation time) to float32 precision. Without the push the gap is 0.3-1 nats per token.
     trainer, seen = _train(vllm_model_dir, tmp_path, steps_per_generation=2, max_steps=8)
     diff_max = _logs(trainer, "sampling/sampling_logp_difference/max")
+    print(
+        "sampling log-prob gap per generation: max",
+        diff_max,
+        "mean",
+        _logs(trainer, "sampling/sampling_logp_difference/mean"),
+    )
     assert len(diff_max) == 4
     assert max(diff_max) < 1e-4, diff_max
     assert max(_logs(trainer, "sampling/sampling_logp_difference/mean")) < 1e-5

@@ -1,0 +1,62 @@
+"""`pacs.testing`'s CPU-only vLLM weight push, on stand-ins for vLLM's objects (the real engine: tests/vllm/)."""
+
+from types import SimpleNamespace
+
+import torch
+from trl.generation.vllm_generation import VLLMGeneration
+
+from pacs.testing import push_weights_to_vllm_cpu, vllm_cpu_weight_push
+
+
+class _Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(3, 2))
+        self.repacked = 0
+        self.quant_method = SimpleNamespace(process_weights_after_loading=self._repack)
+
+    def _repack(self, layer):
+        assert layer is self
+        self.repacked += 1
+
+
+def _generation(tied: bool = True):
+    embed = torch.nn.Embedding(3, 2)
+    model = SimpleNamespace(
+        lm_head=_Head(), model=SimpleNamespace(embed_tokens=embed), config=SimpleNamespace(tie_word_embeddings=tied)
+    )
+    calls = []
+    runner = SimpleNamespace(reload_weights=lambda weights_iterator: calls.append(list(weights_iterator)))
+    runner.get_model = lambda: model
+    llm = SimpleNamespace(
+        llm_engine=SimpleNamespace(model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner))),
+        reset_prefix_cache=lambda: calls.append("reset"),
+    )
+    weights = [("model.embed_tokens.weight", torch.ones(3, 2))]
+    generation = SimpleNamespace(
+        llm=llm, mode="colocate", enable_sleep_mode=False, _iter_named_params=lambda: iter(weights)
+    )
+    return generation, model, calls, weights
+
+
+def test_push_reloads_reties_and_repacks_the_output_layer():
+    generation, model, calls, weights = _generation()
+    push_weights_to_vllm_cpu(generation)
+    assert calls == [weights, "reset"]  # every weight through vLLM's reload, then the prefix cache dropped
+    assert model.lm_head.weight is model.model.embed_tokens.weight and model.lm_head.repacked == 1
+
+
+def test_push_leaves_an_untied_output_layer_alone():
+    generation, model, calls, _ = _generation(tied=False)
+    push_weights_to_vllm_cpu(generation)
+    assert model.lm_head.weight is not model.model.embed_tokens.weight and model.lm_head.repacked == 0
+
+
+def test_context_replaces_only_the_colocate_push_and_restores_it():
+    original = VLLMGeneration.sync_weights
+    generation, model, calls, _ = _generation()
+    with vllm_cpu_weight_push():
+        assert VLLMGeneration.sync_weights is not original
+        VLLMGeneration.sync_weights(generation)
+        assert model.lm_head.repacked == 1
+    assert VLLMGeneration.sync_weights is original
