@@ -26,7 +26,7 @@ from pacs.checkpoints import (  # noqa: E402
     resolve_resume_checkpoint,
     write_complete_marker,
 )
-from pacs.testing import tiny_pacs_config  # noqa: E402
+from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, tiny_pacs_config  # noqa: E402
 
 
 RESUME_SCRIPT = Path(__file__).parent / "scripts" / "train_resume.py"
@@ -229,16 +229,11 @@ def _launch_resume(tmp_path, launcher, model_dir, *numbers):
     return [json.loads(p.read_text()) for p in sorted(out.glob("resume*.json"))]
 
 
-def _accelerate():
-    exe = shutil.which("accelerate")
-    return [exe] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
-
-
 @pytest.mark.distributed
 def test_resume_on_two_processes_with_rows_exchanged(tiny_model_dir, tmp_path):
     # 2 processes x 1 row x 2 accumulation steps = one group of 4 per optimizer step, 2 optimizer steps per generation:
     # the rows are exchanged between processes after each generation; each process saves and restores its own share
-    launcher = [*_accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    launcher = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     records = _launch_resume(
         tmp_path, [*launcher, "--main_process_port", "29531"], tiny_model_dir, 1, 2, 4, 1, 4, 1, 2
     )
@@ -248,24 +243,9 @@ def test_resume_on_two_processes_with_rows_exchanged(tiny_model_dir, tmp_path):
     assert os.path.isfile(tmp_path / "out" / "full" / "checkpoint-1" / ROLLOUT_DIR / "rank1.pt")
 
 
-ZERO3_CPU = """\
-compute_environment: LOCAL_MACHINE
-distributed_type: DEEPSPEED
-deepspeed_config:
-  zero_stage: 3
-  zero3_init_flag: true
-  offload_optimizer_device: none
-  offload_param_device: none
-mixed_precision: 'no'
-num_machines: 1
-num_processes: 1
-use_cpu: true
-"""
-
-
 @pytest.mark.distributed
 def test_resume_under_deepspeed_zero3(tiny_model_dir, tmp_path):
-    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU)
-    launcher = [*_accelerate(), "launch", "--config_file", str(tmp_path / "zero3_cpu.yaml")]
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
+    launcher = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml")]
     (record,) = _launch_resume(tmp_path, [*launcher, "--main_process_port", "29532"], tiny_model_dir, 4, 1, 4, 1, 3, 1)
     _check_resumed(record, 1, 4)

