@@ -230,7 +230,9 @@ def report(runs: list[dict], meta: dict) -> str:
         "",
         f"`{meta['command']}`, {meta['date']}, {meta['device']}, vllm {meta['vllm']}, trl {meta['trl']}, "
         f"torch {meta['torch']}; {meta['repeats']} interleaved repetitions of {meta['steps']} optimizer steps "
-        "(4 per generation), a fresh process per run; 1-minute load average at the end of the runs "
+        f"(4 per generation; one group of {4 if meta['model_config'] == 'smoke' else 8} completions of "
+        f"{16 if meta['model_config'] == 'smoke' else 256} tokens per step), a fresh process per run; 1-minute load "
+        "average at the end of the runs "
         f"{min(r['load_avg'] for r in runs):.1f}-{max(r['load_avg'] for r in runs):.1f}.",
         "",
     ]
