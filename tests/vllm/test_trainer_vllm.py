@@ -1,6 +1,8 @@
-"""`PACSTrainer` with vLLM colocated (`use_vllm=True`, `vllm_mode="colocate"`) on vLLM's CPU build.
+"""`PACSTrainer` with vLLM on vLLM's CPU build: colocated (`vllm_mode="colocate"`), and server mode with the
+weight push stubbed.
 
 make test-vllm PYTEST_ARGS="-k colocate"
+make test-vllm PYTEST_ARGS="-k server"
 """
 
 import gc
@@ -12,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
@@ -151,7 +152,6 @@ def test_colocate_lora_pushes_merged_weights(vllm_model_dir, tmp_path, vllm_floa
     assert max(_logs(trainer, "sampling/sampling_logp_difference/max")) < 1e-4
     assert not any(getattr(m, "merged", False) for m in trainer.model.modules()), "adapters unmerged after the push"
     _release(trainer)
-    torch.manual_seed(0)
 
 
 # Server mode --------------------------------------------------------------------------------------------------------
