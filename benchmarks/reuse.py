@@ -20,7 +20,8 @@ Steps:
 1. The SFT checkpoint of `learning.py` (trained once, cached in the work dir).
 2. Learning-rate pick: every (algorithm, k) cell is trained on seed 0 at the learning rates of a small grid around
    the rate `learning.py` picked for that algorithm (PICKED_LR, and `--lr-steps` half-decade steps from it); the
-   cell's rate is the one with the best validation accuracy (mean of the last 3 evaluations). The num_iterations mu
+   cell's rate is the one with the best validation accuracy (mean of the last 3 evaluations); a pick at the edge of
+   its grid also gets the next rate beyond that edge (`--lr-extend` rounds). The num_iterations mu
    cell takes the rate picked for k = mu (same optimizer steps per generation), so that only the knob differs.
 3. Seeds `--seeds` on the test split at each cell's rate (the seed-0 run of step 2 is reused). Greedy test accuracy
    at fixed numbers of generated completions (`--eval-every-completions`), the same points for every cell.
@@ -70,7 +71,7 @@ def cells(args) -> list[tuple[str, int, int]]:
     """(algorithm, steps_per_generation, num_iterations) of every cell, the num_iterations ones last."""
     out = [(name, k, 1) for k in args.reuse for name in args.algorithms]
     if args.num_iterations_at > 1:
-        out += [(name, 1, args.num_iterations_at) for name in args.algorithms]
+        out += [(name, 1, args.num_iterations_at) for name in args.algorithms if name in args.num_iterations_for]
     return out
 
 
@@ -238,7 +239,7 @@ def summary_table(args, fr: dict) -> str:
     half, at_steps = args.completions // 2, args.completions // rows_
     head = ["algorithm", "knob", "lr", "seeds", "optimizer steps", "generations", "final test acc (last 3 evals), "
             "mean [95% CI]", f"test acc at {half} completions", f"test acc at optimizer step {at_steps}",
-            f"completions to {args.threshold:.0%} (seeds reaching)", "grad-norm clip active",
+            f"completions (optimizer steps) to {args.threshold:.0%}, seeds reaching", "grad-norm clip active",
             "ratio-clipped tokens", "median abs(σ(ψ) − ½), off-policy", "critic acc (majority label)",
             "CPU s/run"]  # fmt: skip
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -264,7 +265,9 @@ def summary_table(args, fr: dict) -> str:
                     learning.t_interval([learning.final(r["curve"], 2) for r in rs]),
                     learning.t_interval([acc_at(r, rows_, half) for r in rs]),
                     learning.t_interval(at_step) if at_step else "—",
-                    f"{statistics.mean(hits):.0f} ({len(hits)}/{len(rs)})" if hits else f"— (0/{len(rs)})",
+                    f"{statistics.mean(hits):.0f} ({statistics.mean(hits) * c[2] / rows_:.0f}), {len(hits)}/{len(rs)}"
+                    if hits
+                    else f"—, 0/{len(rs)}",
                     f"{statistics.mean(r['clip_fraction'] for r in rs):.0%}",
                     f"{statistics.mean(ratio):.2%}" if ratio else "—",
                     f"{statistics.mean(x['abs_sigma_psi_minus_half_q10_q50_q90'][1] for x in crit):.3f}"
@@ -380,7 +383,7 @@ def reuse_markdown(args, raw: dict, tables: dict) -> str:
             f"- learning rate: each cell's own, picked on seed {a['seeds'][0]} by validation accuracy (200 problems, "
             "mean of the last 3 evaluations) from the half-decade grid around learning.md's pick "
             f"({', '.join(f'{n} {PICKED_LR[n]:g}' for n in a['algorithms'])}): {a['lr_steps']} half-decade steps "
-            "from it; the num_iterations cell takes the rate picked for the same k; the test set played no part",
+            "from it, plus the next rate past the edge where the pick sat on one; the num_iterations cell takes the rate picked for the same k; the test set played no part",
             f"- seeds {a['seeds']}; evaluation: greedy accuracy on 500 held-out test problems every "
             f"{a['eval_every_completions']} generated completions (the same points for every cell; one evaluation has "
             "a sampling std of ~0.02)",
@@ -444,8 +447,12 @@ def parse_args(argv):
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="the first one also picks the lr")
     p.add_argument("--reuse", nargs="+", type=int, default=[1, 4, 16], help="steps_per_generation values")
     p.add_argument("--num-iterations-at", dest="num_iterations_at", type=int, default=4, help="0: no such cell")
+    p.add_argument(
+        "--num-iterations-for", dest="num_iterations_for", nargs="+", default=ALGORITHMS, choices=ALGORITHMS
+    )
     p.add_argument("--lr-steps", dest="lr_steps", nargs="+", type=int, default=[-1, 0], help="grid: half-decade steps "
                    "from learning.md's pick (-1: a third of it)")  # fmt: skip
+    p.add_argument("--lr-extend", dest="lr_extend", type=int, default=1, help="rounds of growing a grid past its edge")
     p.add_argument("--completions", type=int, default=4096, help="generated completions per run")
     p.add_argument("--eval-every-completions", dest="eval_every_completions", type=int, default=512)
     p.add_argument("--threshold", type=float, default=0.65, help="report completions to this test accuracy")
@@ -454,7 +461,8 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true", help="one tiny iteration: k 1 and 2, mu 2, 1 seed, 1 lr, 2 steps")
     args = p.parse_args(argv)
     if args.smoke:
-        args.seeds, args.reuse, args.num_iterations_at, args.lr_steps, args.jobs = [0], [1, 2], 2, [0], 1
+        args.seeds, args.reuse, args.num_iterations_at, args.lr_steps, args.lr_extend = [0], [1, 2], 2, [0], 0
+        args.jobs = 1
         args.completions, args.eval_every_completions, args.prompts_per_step, args.num_generations = 16, 8, 2, 4
         args.sft_max_steps, args.sft_target, args.hidden_size = 25, 1.0, 32
     rows = args.prompts_per_step * args.num_generations
@@ -475,7 +483,7 @@ def main(argv=None) -> dict:
     raw_path = out_dir / ("reuse_smoke.json" if args.smoke else "reuse.json")
     if args.report_only:
         raw = learning.load_raw(raw_path, out_dir / "reuse_verdict.md")
-        report(argparse.Namespace(**{**raw["args"], "smoke": args.smoke}), raw, out_dir)
+        report(argparse.Namespace(**{**vars(args), **raw["args"], "smoke": args.smoke}), raw, out_dir)
         return raw
     torch.set_num_threads(args.threads)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -495,8 +503,15 @@ def main(argv=None) -> dict:
     # the comparison of the two knobs then differs in the knob alone, and mu x dearer runs skip the grid.
     t0 = time.perf_counter()
     gridded = [c for c in cells(args) if c[2] == 1 or c[2] not in args.reuse]
-    execute(args, [(*c, lr, args.seeds[0]) for c in gridded for lr in lr_grid(c[0], args.lr_steps)], runs, save)
-    picked = pick_lrs(runs, args.seeds[0])
+    grid = {c: lr_grid(c[0], args.lr_steps) for c in gridded}
+    for extension in range(args.lr_extend + 1):
+        execute(args, [(*c, lr, args.seeds[0]) for c, lrs in grid.items() for lr in lrs], runs, save)
+        picked = pick_lrs(runs, args.seeds[0])
+        if extension < args.lr_extend:  # a pick at the edge of its grid: also try the next rate beyond that edge
+            for c, lrs in grid.items():
+                i, step = LR_LADDER.index(picked[c]), (picked[c] == max(lrs)) - (picked[c] == min(lrs))
+                if step and 0 <= i + step < len(LR_LADDER):
+                    lrs.append(LR_LADDER[i + step])
     picked.update({(n, 1, mu): picked[n, mu, 1] for n, spg, mu in cells(args) if (n, spg, mu) not in gridded})
     print(f"[reuse] picked learning rates (validation, seed {args.seeds[0]}): {picked}", flush=True)
     for group in (gridded, [c for c in cells(args) if c not in gridded]):  # the mu x dearer runs last
