@@ -328,7 +328,7 @@ def t_interval(xs) -> str:
     """mean [95% t-interval] over seeds."""
     if len(xs) < 2:
         return f"{xs[0]:.3f}" if xs else "n/a"
-    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(len(xs), 2.0)
+    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}.get(len(xs), 2.0)
     m, sd = statistics.mean(xs), statistics.stdev(xs)
     half = t * sd / math.sqrt(len(xs))
     return f"{m:.3f} [{m - half:.3f}, {m + half:.3f}]"

@@ -1,8 +1,10 @@
 """Where PACS pays: accuracy per generated completion as each generation feeds more optimizer steps (CPU).
 
-    nice -n 10 python benchmarks/reuse.py --jobs 2     # full run (lr grid + seeds), two worker processes
+    nice -n 10 python benchmarks/reuse.py --jobs 2 --seeds 0 1 2 3 4 5 6 7   # what results/reuse.md ran: 113 runs,
+                                                   # ~111 CPU-min, ~95 min on 2 shared cores
     python benchmarks/reuse.py --smoke                 # one tiny iteration (what tests/test_benchmarks.py runs)
     python benchmarks/reuse.py --report-only           # redo reuse.md / reuse.png from reuse.json
+    python benchmarks/reuse.py --cached-only --seeds ...  # collect cached runs into reuse.json, run nothing
 
 Same task, model and SFT warm start as `learning.py` (three-digit addition with a 32-token scratchpad, a 0.49M-parameter
 Qwen3). Every run gets the same number of generated completions (`--completions`, 8 prompts x 8 per optimizer
@@ -168,6 +170,8 @@ def execute(args, specs: list[tuple], runs: list[dict], save) -> None:
             todo.append(spec)
         elif run not in runs:
             runs.append(run)
+    if args.cached_only:
+        return
     todo.sort(key=lambda spec: -spec[2])  # a num_iterations mu run takes mu times the optimizer steps
     if args.jobs <= 1 or len(todo) <= 1:
         for spec in todo:
@@ -456,6 +460,9 @@ def parse_args(argv):
     p.add_argument("--completions", type=int, default=4096, help="generated completions per run")
     p.add_argument("--eval-every-completions", dest="eval_every_completions", type=int, default=512)
     p.add_argument("--threshold", type=float, default=0.65, help="report completions to this test accuracy")
+    p.add_argument(
+        "--cached-only", dest="cached_only", action="store_true", help="run nothing: report the cached runs"
+    )
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (worker processes, one torch thread each)")
     learning.add_task_args(p)
     p.add_argument("--smoke", action="store_true", help="one tiny iteration: k 1 and 2, mu 2, 1 seed, 1 lr, 2 steps")
