@@ -144,25 +144,40 @@ def build_qwen3(
         max_position_embeddings (`int`, *optional*, defaults to `1024`):
             Longest sequence the model is configured for.
     """
-    import torch
-    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     config = Qwen3Config(
+        **_small_decoder_fields(tokenizer, hidden_size, num_layers),
+        intermediate_size=intermediate_size or 2 * hidden_size,
+        max_position_embeddings=max_position_embeddings,
+    )
+    return _seeded_model(Qwen3ForCausalLM, config, tokenizer, seed)
+
+
+def _small_decoder_fields(tokenizer, hidden_size: int, num_layers: int) -> dict:
+    """The config fields `build_qwen3` and `build_qwen3_moe` share: 4 heads, 2 KV heads, tied embeddings, the
+    tokenizer's vocabulary and special ids."""
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
-        intermediate_size=intermediate_size or 2 * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=hidden_size // 4,
-        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
     )
+
+
+def _seeded_model(model_cls, config, tokenizer, seed: int):
+    """`model_cls(config)` initialised under `seed`, with a sampling generation config on the tokenizer's ids."""
+    import torch
+    from transformers import GenerationConfig
+
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config)
+    model = model_cls(config)
     model.generation_config = GenerationConfig(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
     )
@@ -197,34 +212,19 @@ def build_qwen3_moe(
             The config flag that makes every forward, `generate`'s included, return router logits and the
             load-balancing loss; `True` as in a checkpoint saved by TRL's `SFTTrainer` with the auxiliary loss on.
     """
-    import torch
-    from transformers import GenerationConfig, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     config = Qwen3MoeConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
+        **_small_decoder_fields(tokenizer, hidden_size, num_layers),
         intermediate_size=2 * hidden_size,
         moe_intermediate_size=hidden_size // 2,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=hidden_size // 4,
         num_experts=num_experts,
         num_experts_per_tok=num_experts_per_tok,
         decoder_sparse_step=1,
         output_router_logits=output_router_logits,
         router_aux_loss_coef=0.01,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
     )
-    torch.manual_seed(seed)
-    model = Qwen3MoeForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=True
-    )
-    return model
+    return _seeded_model(Qwen3MoeForCausalLM, config, tokenizer, seed)
 
 
 def tiny_pacs_config(output_dir: str | os.PathLike, **overrides):
