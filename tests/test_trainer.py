@@ -155,6 +155,18 @@ def test_import_check_names_the_fix(monkeypatch):
         trainer_module._check_trl()
 
 
+@pytest.mark.parametrize("hook", ["_generate_single_turn", "_save_checkpoint", "_load_optimizer_and_scheduler"])
+def test_import_check_names_a_missing_hook(monkeypatch, hook):
+    # A TRL that renamed a hook PACSTrainer overrides would silently bypass it (MoE generation, exact resume).
+    from trl import GRPOTrainer
+
+    from pacs import trainer as trainer_module
+
+    monkeypatch.setattr(GRPOTrainer, hook, None, raising=False)
+    with pytest.raises(ImportError, match=rf"without {hook}"):
+        trainer_module._check_trl()
+
+
 def test_lora_changes_only_adapter_weights(tiny_model_dir, tmp_path):
     from peft import LoraConfig
 

@@ -60,7 +60,15 @@ from .loss import compute_reward_proxy, pacs_coefficients, pacs_loss
 logger = logging.getLogger(__name__)
 
 _TRL_RANGE = (Version("1.15"), Version("2"))
-_OVERRIDDEN = ("_calculate_rewards", "_generate_and_score_completions", "_prepare_inputs", "_compute_loss")
+_OVERRIDDEN = (
+    "_calculate_rewards",
+    "_generate_and_score_completions",
+    "_generate_single_turn",
+    "_prepare_inputs",
+    "_compute_loss",
+    "_save_checkpoint",
+    "_load_optimizer_and_scheduler",
+)
 _USED = ("_get_per_token_logps_and_entropies",)
 # Optional forward inputs (vision-language models) that GRPOTrainer passes through to the model.
 _MULTIMODAL_KEYS = (
