@@ -6,14 +6,24 @@ which makes `generate` compute the load-balancing loss on every decoding step an
 unless `PACSTrainer` turns it off for generation (see `PACSTrainer._generate_single_turn`).
 """
 
+import json
 import math
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import build_qwen3_moe, build_tiny_tokenizer, tiny_pacs_config
+from pacs.testing import (
+    ZERO3_CPU_ACCELERATE_CONFIG,
+    accelerate_launch,
+    build_qwen3_moe,
+    build_tiny_tokenizer,
+    tiny_pacs_config,
+)
 
 
 def parity_reward(completions, **kwargs):
@@ -82,3 +92,29 @@ def test_moe_trains_with_pacs_defaults_and_logs_aux_loss(moe_model_dir, tmp_path
     routers = [n for n in before if "router" in n or ".gate.weight" in n]
     assert routers and any(not torch.equal(before[n], trainer.model.get_parameter(n)) for n in routers)
     assert trainer.model.config.output_router_logits  # turned off only while generating, then restored
+
+
+@pytest.mark.distributed
+def test_moe_trains_under_zero3_on_two_cpu_processes(tmp_path):
+    # ZeRO-3 shards every parameter and gathers it for each forward, collectively: the two processes route their
+    # tokens to different experts, which hangs or crashes MoE code that gathers only the experts it uses.
+    tokenizer = build_tiny_tokenizer()
+    model = build_qwen3_moe(tokenizer)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
+    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--num_processes", "2"]
+    cmd += ["--main_process_port", "29531", str(Path(__file__).parent / "scripts" / "train_tiny.py")]
+    cmd += [str(tmp_path / "model"), str(tmp_path / "out")]  # 2 steps per generation, prompts of different lengths
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+
+    records = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
+    assert [(r["rank"], r["world_size"], r["zero_stage"]) for r in records] == [(0, 2, 3), (1, 2, 3)]
+    assert all(r["finite_params"] and r["update_norm"] > 0 for r in records)
+    assert records[0]["prompt_ids"][0] != records[1]["prompt_ids"][0]  # the ranks routed different tokens
+    steps = [e for e in records[0]["log_history"] if "loss" in e]
+    assert len(steps) == 3
+    assert all(math.isfinite(e["aux_loss"]) and e["aux_loss"] > 0 and math.isfinite(e["pacs/loss"]) for e in steps)
