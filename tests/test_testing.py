@@ -20,11 +20,26 @@ class _Head(torch.nn.Module):
         self.repacked += 1
 
 
-def _generation(tied: bool = True):
-    embed = torch.nn.Embedding(3, 2)
-    model = SimpleNamespace(
-        lm_head=_Head(), model=SimpleNamespace(embed_tokens=embed), config=SimpleNamespace(tie_word_embeddings=tied)
-    )
+class _Experts(torch.nn.Module):
+    """Stands in for vLLM's fused experts: `quant_method.moe_kernel.fused_experts` prepacks for the CPU kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.prepacked = 0
+        fused_experts = SimpleNamespace(process_weights_after_loading=self._prepack)
+        self.quant_method = SimpleNamespace(moe_kernel=SimpleNamespace(fused_experts=fused_experts))
+
+    def _prepack(self, layer):
+        assert layer is self
+        self.prepacked += 1
+
+
+def _generation(tied: bool = True, num_moe_layers: int = 0):
+    model = torch.nn.Module()
+    model.lm_head, model.model = _Head(), torch.nn.Module()
+    model.model.embed_tokens = torch.nn.Embedding(3, 2)
+    model.model.layers = torch.nn.ModuleList([_Experts() for _ in range(num_moe_layers)])
+    model.config = SimpleNamespace(tie_word_embeddings=tied)
     calls = []
     runner = SimpleNamespace(reload_weights=lambda weights_iterator: calls.append(list(weights_iterator)))
     runner.get_model = lambda: model
@@ -44,6 +59,14 @@ def test_push_reloads_reties_and_repacks_the_output_layer():
     push_weights_to_vllm_cpu(generation)
     assert calls == [weights, "reset"]  # every weight through vLLM's reload, then the prefix cache dropped
     assert model.lm_head.weight is model.model.embed_tokens.weight and model.lm_head.repacked == 1
+
+
+def test_push_prepacks_every_mixture_of_experts_layer_again():
+    generation, model, calls, weights = _generation(num_moe_layers=2)
+    push_weights_to_vllm_cpu(generation)
+    assert calls == [weights, "reset"]
+    assert [layer.prepacked for layer in model.model.layers] == [1, 1]
+    assert model.lm_head.repacked == 1
 
 
 def test_push_leaves_an_untied_output_layer_alone():

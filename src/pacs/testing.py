@@ -288,7 +288,10 @@ def push_weights_to_vllm_cpu(generation) -> None:
     push (`model.load_weights`, one tensor at a time) then fails with `'Parameter' object has no attribute
     'weight_loader'`. This goes through vLLM's layer-wise reload instead, which re-runs the repacking, and re-ties and
     repacks the output layer of models with tied embeddings (otherwise vLLM keeps sampling from the old one, silently).
-    Used by the vLLM test tier (`tests/vllm/`, `make test-vllm`) through [`vllm_cpu_weight_push`]; GPU runs never need
+    Mixture-of-experts layers are prepacked again too: vLLM's reload leaves their expert weights in the checkpoint's
+    layout and skips the CPU kernel's prepacking on a weight update (vLLM 0.31's `UnquantizedFusedMoEMethod.
+    _setup_kernel`), so the CPU kernel would read them in the wrong order (a sampling log-prob gap of ~0.04 after
+    pushing unchanged weights into a tiny Qwen3-MoE; 5e-7 with the repack). Used by the vLLM test tier (`tests/vllm/`, `make test-vllm`) through [`vllm_cpu_weight_push`]; GPU runs never need
     it.
 
     Args:
@@ -302,6 +305,10 @@ def push_weights_to_vllm_cpu(generation) -> None:
     if lm_head is not None and embed is not None and lm_head is not embed and model.config.tie_word_embeddings:
         lm_head.weight = embed.weight
         lm_head.quant_method.process_weights_after_loading(lm_head)  # repack the tied output layer
+    for module in model.modules():  # mixture-of-experts layers: the CPU kernel's prepacking, skipped by the reload
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        if kernel is not None:
+            kernel.fused_experts.process_weights_after_loading(module)
     generation.llm.reset_prefix_cache()
 
 

@@ -34,6 +34,18 @@ def vllm_model_dir(tmp_path_factory) -> str:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3-h128"), hidden_size=128)
 
 
+@pytest.fixture(scope="session")
+def vllm_moe_model_dir(tmp_path_factory) -> str:
+    """A tiny Qwen3-MoE (4 experts, 2 per token) at hidden size 128, head size 32, with the tiny tokenizer."""
+    from pacs.testing import build_qwen3_moe, build_tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-qwen3-moe-h128")
+    tokenizer = build_tiny_tokenizer()
+    build_qwen3_moe(tokenizer, hidden_size=128).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 @pytest.fixture(autouse=True)
 def weight_push():
     from pacs.testing import vllm_cpu_weight_push
