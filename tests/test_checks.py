@@ -466,6 +466,114 @@ def test_rewards_receive_environments_only_with_an_environment_factory():
         check_train_dataset(prompts_only(), no_kwargs, environment_factory=CounterEnvironment)
 
 
+class SeededEnvironment(CounterEnvironment):  # reset needs a column of the row
+    def reset(self, seed, **kwargs):
+        return super().reset()
+
+
+class ClosedEnvironment(CounterEnvironment):  # reset takes no row at all
+    def reset(self):
+        return super().reset()
+
+
+class AnswerEnvironment(CounterEnvironment):
+    def reset(self, answer, **kwargs):
+        return super().reset()
+
+
+class PromptOnlyEnvironment(CounterEnvironment):  # no **kwargs, but names every column it gets
+    def reset(self, prompt):
+        return super().reset()
+
+
+class StaticEnvironment(CounterEnvironment):
+    @staticmethod
+    def reset(seed, **kwargs):
+        return "Count."
+
+
+def _seeded(n=8):
+    return Dataset.from_dict({"prompt": [f"Count {i}" for i in range(n)], "seed": list(range(n))})
+
+
+# What TRL does with the rows: environment.reset(**row), after remove_unused_columns; each refusal below is a run that
+# GRPOTrainer stops at its first generation or at train() (test_grpo_trainer_fails_where_the_environment_check_refuses)
+ENVIRONMENT_REFUSALS = {
+    "routing column dropped": (
+        lambda: Dataset.from_dict({"prompt": ["a", "b"] * 4, "environment": ["counter", "echo"] * 4}),
+        {"counter": CounterEnvironment, "echo": CounterEnvironment},
+        True,
+        r"drops the 'environment' column of train_dataset.*\['counter', 'echo'\].*remove_unused_columns=False",
+    ),
+    "reset's column dropped": (
+        _seeded,
+        SeededEnvironment,
+        True,
+        r"SeededEnvironment.reset needs the keyword `seed`.*remove_unused_columns=True",
+    ),
+    "reset's column missing": (
+        prompts_only,
+        AnswerEnvironment,
+        False,
+        r"AnswerEnvironment.reset needs .*`answer`.*def reset\(self, answer=None",
+    ),
+    "reset without **kwargs": (
+        prompts_only,
+        ClosedEnvironment,
+        False,
+        r"ClosedEnvironment.reset does not take \*\*kwargs.*\['prompt'\]",
+    ),
+    "environment-owned data dropped": (
+        lambda: Dataset.from_dict({"seed": list(range(8))}),
+        CounterEnvironment,
+        True,
+        r"'No columns in the dataset match",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ENVIRONMENT_REFUSALS))
+def test_environment_rows_are_checked_against_reset(case):
+    data, factory, remove_unused_columns, message = ENVIRONMENT_REFUSALS[case]
+    with pytest.raises(ValueError, match=message):
+        check_train_dataset(data(), None, remove_unused_columns=remove_unused_columns, environment_factory=factory)
+    if remove_unused_columns:  # GRPOConfig's default keeps every column: then the same data and environment train
+        check_train_dataset(data(), None, environment_factory=factory)
+
+
+def test_environment_resets_that_fit_their_rows_pass():
+    check_train_dataset(_seeded(), None, environment_factory=SeededEnvironment)
+    check_train_dataset(_seeded(), None, environment_factory=StaticEnvironment)  # a staticmethod has no self
+    check_train_dataset(prompts_only(), None, environment_factory=PromptOnlyEnvironment)
+    check_train_dataset(prompts_only(), None, remove_unused_columns=True, environment_factory=PromptOnlyEnvironment)
+    routing = Dataset.from_dict({"prompt": ["a", "b"], "environment": ["seeded", "prompt"], "seed": [1, 2]})
+    with pytest.raises(ValueError, match=r"PromptOnlyEnvironment.reset \(environment 'prompt'\).*\['seed'\]"):
+        check_train_dataset(
+            routing, None, environment_factory={"seeded": SeededEnvironment, "prompt": PromptOnlyEnvironment}
+        )
+    # `environment` is TRL's routing field, never a reset keyword with several environments: not unexpected here
+    check_train_dataset(
+        routing.remove_columns("seed"),
+        None,
+        environment_factory={"p": PromptOnlyEnvironment, "prompt": PromptOnlyEnvironment},
+    )
+    # factories that are not classes are not built here, so not checked; TRL's own `reset` check covers them
+    check_train_dataset(prompts_only(), None, environment_factory=lambda: ClosedEnvironment())
+    check_train_dataset(prompts_only(), None, environment_factory=functools.partial(AnswerEnvironment))
+
+
+def test_a_dropped_routing_column_with_a_default_environment_warns(caplog):
+    routing = Dataset.from_dict({"prompt": ["a", "b"], "environment": ["counter", None]})
+    with caplog.at_level(logging.WARNING, logger="pacs.checks"):
+        check_train_dataset(
+            routing,
+            None,
+            remove_unused_columns=True,
+            environment_factory={None: CounterEnvironment, "counter": CounterEnvironment},
+        )
+    assert "every row goes to the environment of key None" in caplog.text
+
+
 class EchoEnvironment:
     def reset(self, **kwargs):
         self.calls = 0
@@ -662,6 +770,29 @@ def test_trainer_trains_on_environment_owned_data_and_reward_alone(tool_model_di
     assert first["rewards/ScoredEnvironment/mean"] == pytest.approx(0.5)
     assert first["pacs/rollout_label_mean"] == pytest.approx(0.5)
     assert changed, "no parameter changed"
+
+
+@pytest.mark.filterwarnings("ignore:You are using 'environment_factory'")
+@pytest.mark.parametrize("case", list(ENVIRONMENT_REFUSALS))
+def test_grpo_trainer_fails_where_the_environment_check_refuses(tool_model_dir, tmp_path, case, monkeypatch):
+    # The check refuses nothing GRPOTrainer trains on: GRPOTrainer itself stops on each case, but only at train() (after
+    # the model has loaded), while PACSTrainer stops at construction with the fix
+    from trl import GRPOTrainer
+
+    import pacs
+
+    data, factory, remove_unused_columns, message = ENVIRONMENT_REFUSALS[case]
+    kwargs = {
+        "reward_funcs": _any_reward,
+        "train_dataset": data(),
+        "environment_factory": factory,
+        "config": {"per_device_train_batch_size": 4, "max_steps": 1, "remove_unused_columns": remove_unused_columns},
+    }
+    with pytest.raises(ValueError, match=message):
+        _train_with_environments(tool_model_dir, tmp_path, _act_in_even_rows, **kwargs)
+    monkeypatch.setattr(pacs, "PACSTrainer", GRPOTrainer)
+    with pytest.raises((TypeError, ValueError), match=r"reset\(\)|environment=None|No columns in the dataset match"):
+        _train_with_environments(tool_model_dir, tmp_path, _act_in_even_rows, **kwargs)
 
 
 def multiply(a: int, b: int) -> int:

@@ -112,7 +112,9 @@ def check_train_dataset(
     With an `environment_factory` (TRL 1.16), the environment owns the data: `prompt` may be missing (each rollout's
     `reset()` supplies it), and with several environments (a dict) each row names its environment in an `environment`
     column, which is required. With a `rollout_func`, a reward parameter that is no dataset column may be one of the
-    rollout's extra fields, so it is not an error. Tools change nothing here.
+    rollout's extra fields, so it is not an error. Tools change nothing here. TRL calls each environment's
+    `reset(**row)`; where the factory is a class, its `reset` is checked against the columns that reach it (see
+    `_check_environments`).
 
     Args:
         dataset (`datasets.Dataset`, `datasets.IterableDataset` or `None`):
@@ -125,7 +127,7 @@ def check_train_dataset(
             What to call the dataset in messages (e.g. `"eval_dataset"`).
         remove_unused_columns (`bool`, *optional*, defaults to `False`):
             The trainer's `args.remove_unused_columns`: when `True`, TRL keeps only `prompt` (and images), so no other
-            column reaches the reward functions.
+            column reaches the reward functions or the environments.
         rollout_func (`Callable`, *optional*):
             The trainer's `rollout_func`. Its extra fields reach the reward functions too, so with one, a required
             parameter that is no dataset column is not an error (the `**kwargs` check still runs).
@@ -147,6 +149,8 @@ def check_train_dataset(
                 'to pick one. Add the column, e.g. dataset.add_column("environment", [...]) with one of those names '
                 "per row, or pass a single factory (environment_factory=MyEnvironment) to use one environment for all."
             )
+    if columns is not None and environment_factory is not None:
+        _check_environments(columns, environment_factory, remove_unused_columns, name)
     if columns is not None and environment_factory is None:
         if "prompt" not in columns:
             source = next((c for c in ("problem", "question", "messages", "query", "input") if c in columns), None)
@@ -170,7 +174,7 @@ def check_train_dataset(
 
     funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
     names = list(reward_func_names) if reward_func_names is not None else [None] * len(funcs)
-    kept = ["prompt"] if remove_unused_columns else columns
+    kept = [c for c in columns if c in _KEPT_COLUMNS] if remove_unused_columns else columns
     # `environments` only with an environment_factory (TRL's `self.environments`)
     trl_kwargs = TRL_REWARD_KWARGS if environment_factory is not None else TRL_REWARD_KWARGS - {"environments"}
     available = trl_kwargs | (set(kept) - _NOT_FORWARDED)
@@ -229,6 +233,83 @@ def check_train_dataset(
                 f"under its own name. Rename the column that holds it, e.g. {_rename_hint(param.name, columns)}, or "
                 f"map it in the reward function: functools.partial({func_name}, {param.name}=...) for a constant, or "
                 f"lambda completions, **kw: {func_name}(completions, {param.name}=kw['<column>'], **kw)."
+            )
+
+
+_KEPT_COLUMNS = ("prompt", "image", "images")
+"""The columns TRL's `GRPOTrainer` keeps when `remove_unused_columns=True` (its `_signature_columns`)."""
+
+
+def _check_environments(
+    columns: list[str], environment_factory: Callable | Mapping[str, Callable], remove_unused_columns: bool, name: str
+) -> None:
+    """What TRL 1.16 does with each row of an environment's data, checked before anything loads.
+
+    TRL calls `environment.reset(**row)` on every rollout, with the row's columns (less `environment` with several
+    environments) as keywords, after `remove_unused_columns=True` has dropped all but `prompt` and images. Each check
+    below is a run that `GRPOTrainer` would stop at its first generation, or at `train()`, or silently send rows to the
+    wrong environment. A `reset` is checked only where the factory is a class, so that nothing is constructed here; any
+    other factory (a function, a `functools.partial`) is not checked.
+    """
+    multi = isinstance(environment_factory, Mapping)
+    kept = [c for c in columns if c in _KEPT_COLUMNS] if remove_unused_columns else list(columns)
+    fix = "set remove_unused_columns=False (GRPOConfig's default), which hands every column to the environments"
+    if remove_unused_columns and not kept:
+        raise ValueError(
+            f"{name} has the columns {columns}, and remove_unused_columns=True drops every column but "
+            f"{list(_KEPT_COLUMNS)}, so nothing of {name} would reach the trainer (transformers stops at train() with "
+            f"'No columns in the dataset match'); {fix}."
+        )
+    if remove_unused_columns and multi and "environment" in columns:
+        if None not in environment_factory:
+            raise ValueError(
+                f"remove_unused_columns=True drops the 'environment' column of {name}, which TRL reads to pick each "
+                f"row's environment among {sorted(map(str, environment_factory))}, so the first generation would fail "
+                f"with `environment=None`; {fix}."
+            )
+        logger.warning(
+            "remove_unused_columns=True drops the 'environment' column of %s, so every row goes to the environment "
+            "of key None; %s.", name, fix,
+        )  # fmt: skip
+    passed = [c for c in kept if not (multi and c == "environment")]
+    factories = environment_factory.items() if multi else [(None, environment_factory)]
+    for env_name, factory in factories:
+        if not inspect.isclass(factory) or not callable(getattr(factory, "reset", None)):
+            continue  # cannot tell without building it (and TRL itself refuses a missing `reset`)
+        try:
+            params = list(inspect.signature(factory.reset).parameters.values())
+        except (TypeError, ValueError):
+            continue
+        if not isinstance(inspect.getattr_static(factory, "reset"), (staticmethod, classmethod)) and params:
+            params = params[1:]  # self
+        label = f"{factory.__name__}.reset" + ("" if env_name is None else f" (environment {env_name!r})")
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            unexpected = sorted(set(passed) - {p.name for p in params})
+            if unexpected:
+                raise ValueError(
+                    f"{label} does not take **kwargs, but TRL calls reset(**row) with every column of {name} that "
+                    f"reaches it ({passed}), so {unexpected} would be unexpected keyword arguments at the first "
+                    f"generation. Add **kwargs to its parameters: def reset(self, ..., **kwargs)."
+                )
+        for param in params:
+            if param.default is not inspect.Parameter.empty or param.kind in (
+                inspect.Parameter.VAR_POSITIONAL,
+                inspect.Parameter.VAR_KEYWORD,
+            ):
+                continue
+            if param.name in passed:
+                continue
+            dropped = param.name in columns and param.name != "environment"
+            raise ValueError(
+                f"{label} needs the keyword `{param.name}`, which TRL takes from each row of {name}, but "
+                + (
+                    f"remove_unused_columns=True drops the column {param.name!r}; {fix}."
+                    if dropped
+                    else f"{name} has no such column (its columns are {columns}"
+                    + ("; TRL keeps `environment` to itself" if param.name == "environment" and multi else "")
+                    + f"). Add the column, or give the parameter a default: def reset(self, {param.name}=None, "
+                    "**kwargs)."
+                )
             )
 
 
