@@ -141,14 +141,6 @@ def check_train_dataset(
     if dataset is None:
         return
     columns = _column_names(dataset)
-    if columns is not None and isinstance(environment_factory, Mapping):
-        if "environment" not in columns and None not in environment_factory:
-            raise ValueError(
-                f"{name} has no 'environment' column (its columns are {columns}), but environment_factory is a dict of "
-                f"several environments ({sorted(map(str, environment_factory))}), so TRL reads each row's `environment` "
-                'to pick one. Add the column, e.g. dataset.add_column("environment", [...]) with one of those names '
-                "per row, or pass a single factory (environment_factory=MyEnvironment) to use one environment for all."
-            )
     if columns is not None and environment_factory is not None:
         _check_environments(columns, environment_factory, remove_unused_columns, name)
     if columns is not None and environment_factory is None:
@@ -174,7 +166,7 @@ def check_train_dataset(
 
     funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
     names = list(reward_func_names) if reward_func_names is not None else [None] * len(funcs)
-    kept = [c for c in columns if c in _KEPT_COLUMNS] if remove_unused_columns else columns
+    kept = _kept_columns(columns, remove_unused_columns)
     # `environments` only with an environment_factory (TRL's `self.environments`)
     trl_kwargs = TRL_REWARD_KWARGS if environment_factory is not None else TRL_REWARD_KWARGS - {"environments"}
     available = trl_kwargs | (set(kept) - _NOT_FORWARDED)
@@ -186,21 +178,16 @@ def check_train_dataset(
             signature = inspect.signature(func)
         except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to check
             continue
-        params = signature.parameters.values()
-        unexpected = sorted(available - set(signature.parameters))
-        if unexpected and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        params = list(signature.parameters.values())
+        unexpected = _unexpected_keywords(params, available)
+        if unexpected:
             raise ValueError(
                 f"The reward function {func_name}{signature} does not take **kwargs, but TRL calls every reward "
                 f"function with the keywords {sorted(trl_kwargs)} and every column of {name} ({columns}), so "
                 f"{unexpected} would be unexpected keyword arguments. Add **kwargs to its parameters: "
                 f"def {func_name}(completions, ..., **kwargs)."
             )
-        for param in params:
-            if param.default is not inspect.Parameter.empty or param.kind in (
-                inspect.Parameter.VAR_POSITIONAL,
-                inspect.Parameter.VAR_KEYWORD,
-            ):
-                continue
+        for param in _required(params):
             if param.kind is inspect.Parameter.POSITIONAL_ONLY:
                 raise ValueError(
                     f"The reward function {func_name}{signature} has the positional-only parameter {param.name!r}, "
@@ -240,19 +227,45 @@ _KEPT_COLUMNS = ("prompt", "image", "images")
 """The columns TRL's `GRPOTrainer` keeps when `remove_unused_columns=True` (its `_signature_columns`)."""
 
 
+def _kept_columns(columns: list[str], remove_unused_columns: bool) -> list[str]:
+    """The columns of each row that reach the reward functions and environments."""
+    return [c for c in columns if c in _KEPT_COLUMNS] if remove_unused_columns else list(columns)
+
+
+def _unexpected_keywords(params: list[inspect.Parameter], keywords) -> list[str]:
+    """The `keywords` a callable with `params` would reject (none when it takes **kwargs)."""
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return []
+    return sorted(set(keywords) - {p.name for p in params})
+
+
+def _required(params: list[inspect.Parameter]) -> list[inspect.Parameter]:
+    """The parameters without a default, less *args and **kwargs."""
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [p for p in params if p.default is inspect.Parameter.empty and p.kind not in variadic]
+
+
 def _check_environments(
     columns: list[str], environment_factory: Callable | Mapping[str, Callable], remove_unused_columns: bool, name: str
 ) -> None:
     """What TRL 1.16 does with each row of an environment's data, checked before anything loads.
 
     TRL calls `environment.reset(**row)` on every rollout, with the row's columns (less `environment` with several
-    environments) as keywords, after `remove_unused_columns=True` has dropped all but `prompt` and images. Each check
+    environments) as keywords, after `remove_unused_columns=True` has dropped all but `prompt` and images; several
+    environments need an `environment` column to route each row (unless one has the key `None`). Each check
     below is a run that `GRPOTrainer` would stop at its first generation, or at `train()`, or silently send rows to the
     wrong environment. A `reset` is checked only where the factory is a class, so that nothing is constructed here; any
     other factory (a function, a `functools.partial`) is not checked.
     """
     multi = isinstance(environment_factory, Mapping)
-    kept = [c for c in columns if c in _KEPT_COLUMNS] if remove_unused_columns else list(columns)
+    if multi and "environment" not in columns and None not in environment_factory:
+        raise ValueError(
+            f"{name} has no 'environment' column (its columns are {columns}), but environment_factory is a dict of "
+            f"several environments ({sorted(map(str, environment_factory))}), so TRL reads each row's `environment` "
+            'to pick one. Add the column, e.g. dataset.add_column("environment", [...]) with one of those names '
+            "per row, or pass a single factory (environment_factory=MyEnvironment) to use one environment for all."
+        )
+    kept = _kept_columns(columns, remove_unused_columns)
     fix = "set remove_unused_columns=False (GRPOConfig's default), which hands every column to the environments"
     if remove_unused_columns and not kept:
         raise ValueError(
@@ -283,20 +296,14 @@ def _check_environments(
         if not isinstance(inspect.getattr_static(factory, "reset"), (staticmethod, classmethod)) and params:
             params = params[1:]  # self
         label = f"{factory.__name__}.reset" + ("" if env_name is None else f" (environment {env_name!r})")
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-            unexpected = sorted(set(passed) - {p.name for p in params})
-            if unexpected:
-                raise ValueError(
-                    f"{label} does not take **kwargs, but TRL calls reset(**row) with every column of {name} that "
-                    f"reaches it ({passed}), so {unexpected} would be unexpected keyword arguments at the first "
-                    f"generation. Add **kwargs to its parameters: def reset(self, ..., **kwargs)."
-                )
-        for param in params:
-            if param.default is not inspect.Parameter.empty or param.kind in (
-                inspect.Parameter.VAR_POSITIONAL,
-                inspect.Parameter.VAR_KEYWORD,
-            ):
-                continue
+        unexpected = _unexpected_keywords(params, passed)
+        if unexpected:
+            raise ValueError(
+                f"{label} does not take **kwargs, but TRL calls reset(**row) with every column of {name} that "
+                f"reaches it ({passed}), so {unexpected} would be unexpected keyword arguments at the first "
+                f"generation. Add **kwargs to its parameters: def reset(self, ..., **kwargs)."
+            )
+        for param in _required(params):
             if param.name in passed:
                 continue
             dropped = param.name in columns and param.name != "environment"
