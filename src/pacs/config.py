@@ -13,6 +13,9 @@ from .labels import label_transforms
 from .loss import CLASS_WEIGHTS, REWARD_PROXIES, SCORES
 
 
+ANCHORS = ("rollout", "reference")
+
+
 logger = logging.getLogger(__name__)
 
 # Optimizer steps per generation when neither `steps_per_generation` nor `generation_batch_size` is given: the
@@ -98,6 +101,17 @@ class PACSConfig(GRPOConfig):
             Temperature $\tau$ of the `"sigmoid"` label transform; must be > 0.
         pacs_label_offset (`float`, *optional*, defaults to `0.0`):
             Baseline $b$ of the `"sigmoid"` label transform: a score of $b$ becomes the label 0.5.
+        pacs_anchor (`str`, *optional*, defaults to `"rollout"`):
+            What the reward proxy's log-ratio is taken against: `"rollout"` ($\pi_{old}$, the policy that sampled
+            each generation: the authors' code and the paper's first version) or `"reference"` (a fixed reference
+            policy $\pi_{ref}$, the paper's revised version, Eq. 7), hard-reset to the policy every
+            `pacs_reference_reset_generations` generations (see `pacs.reference`).
+        pacs_reference_reset_generations (`int`, *optional*, defaults to `0`):
+            With `pacs_anchor="reference"`: $\pi_{ref} \leftarrow \pi_\theta$ at the generation boundary after every
+            N generations (before generations N+1, 2N+1, ...); 0 = never ($\pi_{ref}$ stays the initial model).
+        pacs_reset_optimizer (`bool`, *optional*, defaults to `True`):
+            At each reference reset, re-initialise the optimizer's states (Adam's moments and step count), as the
+            paper does after ProRL; the learning-rate schedule goes on.
         steps_per_generation (`int`, *optional*):
             TRL's setting, counted in micro-batches: a generation feeds
             `steps_per_generation / gradient_accumulation_steps * num_iterations` optimizer steps. If neither it nor
@@ -156,6 +170,29 @@ class PACSConfig(GRPOConfig):
         default=0.0,
         metadata={"help": "Baseline b of the 'sigmoid' label transform: a score of b becomes the label 0.5."},
     )
+    pacs_anchor: str = field(
+        default="rollout",
+        metadata={
+            "help": "Anchor of the reward proxy's log-ratio: 'rollout' (pi_old of each generation: the authors' code, "
+            "the paper's first version) or 'reference' (a fixed reference policy pi_ref, hard-reset to the policy "
+            "every pacs_reference_reset_generations generations: the paper's revised version).",
+            "choices": list(ANCHORS),
+        },
+    )
+    pacs_reference_reset_generations: int = field(
+        default=0,
+        metadata={
+            "help": "With pacs_anchor='reference': copy the policy into pi_ref at the generation boundary after every "
+            "N generations (before generations N+1, 2N+1, ...); 0 = never (pi_ref stays the initial model)."
+        },
+    )
+    pacs_reset_optimizer: bool = field(
+        default=True,
+        metadata={
+            "help": "With pacs_anchor='reference': re-initialise the optimizer's states (Adam's moments and step "
+            "count) at each reference reset, as the paper does (after ProRL); the learning-rate schedule goes on."
+        },
+    )
     steps_per_generation: int | None = field(
         default=None,
         metadata={
@@ -198,6 +235,16 @@ class PACSConfig(GRPOConfig):
             if value not in choices:
                 valid = ", ".join(repr("none" if c is None else c) for c in choices)
                 raise ValueError(f"Unknown {name} {value!r}; use one of {valid}.")
+        if self.pacs_anchor not in ANCHORS:
+            raise ValueError(
+                f"Unknown pacs_anchor {self.pacs_anchor!r}; use 'rollout' (pi_old of each generation, the authors' "
+                "code) or 'reference' (a fixed reference policy, the paper's revised version)."
+            )
+        if not isinstance(self.pacs_reference_reset_generations, int) or self.pacs_reference_reset_generations < 0:
+            raise ValueError(
+                "pacs_reference_reset_generations must be an integer >= 0 (0 = never reset the reference policy; N = "
+                f"reset it after every N generations), got {self.pacs_reference_reset_generations!r}."
+            )
         transform = self.pacs_label_transform
         label_transforms(transform, 1 if isinstance(transform, str) else len(transform))  # names; counts: trainer
         if not (self.pacs_label_temperature > 0 and math.isfinite(self.pacs_label_temperature)):
