@@ -40,7 +40,27 @@ def _batch(B=8, T=5, G=4, seed=0, dtype=torch.float64):
 
 
 def test_variant_count():
-    assert len(VARIANTS) == 24
+    assert len(VARIANTS) == 32  # 2 proxies x 4 scores x 4 class weights
+
+
+def test_dr_grpo_score_is_r_minus_the_group_mean_in_value_and_gradient():
+    # Dr. GRPO's score (the paper's Appendix D.3 ablation): psi_i = r_i - mean_g r, the mean including i, no std
+    r = torch.tensor([1.0, 2.0, 3.0, 6.0, 0.5, -0.5, 0.25, 0.25], dtype=torch.float64, requires_grad=True)
+    psi = compute_score(r, 4, "dr_grpo")
+    expected = [1 - 3, 2 - 3, 3 - 3, 6 - 3, 0.5 - 0.125, -0.5 - 0.125, 0.25 - 0.125, 0.25 - 0.125]
+    assert psi.tolist() == pytest.approx(expected, rel=1e-15, abs=1e-15)
+    assert psi.dtype == torch.float64
+    # d psi_i / d r_j = [i == j] - 1/G within a group, 0 across groups
+    (jacobian,) = torch.autograd.functional.jacobian(lambda x: compute_score(x, 4, "dr_grpo"), (r.detach(),))
+    block = torch.eye(4, dtype=torch.float64) - 1 / 4
+    torch.testing.assert_close(jacobian, torch.block_diag(block, block), rtol=0, atol=1e-15)
+    # (G - 1) / G times RLOO's score, which subtracts the mean of the others
+    torch.testing.assert_close(psi, 3 / 4 * compute_score(r, 4, "rloo"), rtol=1e-14, atol=1e-14)
+    # the loss through it: value from the hand-computed psi, gradient from gradcheck
+    labels = torch.tensor([1, 0, 0, 1, 0, 0, 0, 1], dtype=torch.float64)
+    loss, stats = pacs_loss_from_rewards(r, labels, 4, "dr_grpo", None)
+    assert loss.item() == pytest.approx(sum(_bce(p, y) for p, y in zip(expected, labels.tolist())) / 8, rel=1e-12)
+    assert torch.autograd.gradcheck(lambda x: pacs_loss_from_rewards(x, labels, 4, "dr_grpo")[0], (r,))
 
 
 def test_hand_computed_rloo_balanced():

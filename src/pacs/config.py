@@ -84,10 +84,11 @@ class PACSConfig(GRPOConfig):
             paper); `"mean_logp"`: $r_i = \beta \cdot \mathrm{mean}_t \log \pi_\theta$.
         pacs_score (`str`, *optional*, defaults to `"rloo"`):
             How the reward proxy becomes the critic's logit $\psi_i$ within a group: `"rloo"` (minus the mean of the
-            other completions), `"grpo"` (standardised by the group mean and unbiased std), or `"naive"`
-            ($\psi_i = r_i$). With `"grpo"`, near $r \approx 0$ (the first steps after a generation) $\psi$ is
-            standardised noise and its gradient can be ~1e5 times RLOO's; keep gradient clipping (`max_grad_norm`)
-            on, a warning is logged otherwise.
+            other completions), `"grpo"` (standardised by the group mean and unbiased std), `"dr_grpo"` (minus the
+            group mean, no std: Dr. GRPO, the paper's Appendix D.3 ablation), or `"naive"` ($\psi_i = r_i$). With
+            `"grpo"`, near $r \approx 0$ (the first steps after a generation) $\psi$ is standardised noise and its
+            gradient can be ~1e5 times RLOO's; keep gradient clipping (`max_grad_norm`) on, a warning is logged
+            otherwise.
         pacs_class_weight (`str` or `None`, *optional*, defaults to `"balanced"`):
             Weight of each completion's BCE term: `"balanced"` (per group, positives and negatives weigh the same
             in total), `"positive_only"`, `"negative_only"`, or `"none"` / `None` (all 1).
@@ -138,10 +139,10 @@ class PACSConfig(GRPOConfig):
         default="rloo",
         metadata={
             "help": "How the reward proxy becomes the critic's logit psi_i within a group: 'rloo' (minus the mean of "
-            "the other completions), 'grpo' (standardised by the group mean and unbiased std), or 'naive' "
-            "(psi_i = r_i). With 'grpo', near r = 0 (the first steps after a generation) psi is standardised noise "
-            "and its gradient can be ~1e5 times RLOO's: keep gradient clipping (max_grad_norm) on; a warning is "
-            "logged otherwise.",
+            "the other completions), 'grpo' (standardised by the group mean and unbiased std), 'dr_grpo' (minus the "
+            "group mean, no std: Dr. GRPO, the paper's Appendix D.3 ablation), or 'naive' (psi_i = r_i). With "
+            "'grpo', near r = 0 (the first steps after a generation) psi is standardised noise and its gradient can "
+            "be ~1e5 times RLOO's: keep gradient clipping (max_grad_norm) on; a warning is logged otherwise.",
             "choices": list(SCORES),
         },
     )
@@ -260,7 +261,7 @@ class PACSConfig(GRPOConfig):
                 "uses 1.0 or 2.0. (TRL's `beta`, the KL coefficient, is a different setting.)"
             )
         G = self.num_generations
-        if G is not None and G < 2 and self.pacs_score in ("rloo", "grpo"):
+        if G is not None and G < 2 and self.pacs_score != "naive":
             raise ValueError(
                 f"pacs_score={self.pacs_score!r} compares the completions of a prompt with each other and needs "
                 f"num_generations >= 2, got {G}; use num_generations=8 as in the paper."

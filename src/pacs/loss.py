@@ -14,6 +14,9 @@ $$
 \qquad \text{(group score, ``rloo``)}
 $$
 
+(the paper's score ablation, Appendix D.3, also compares GRPO's standardised score and Dr. GRPO's
+$\psi_i = r_i - \frac{1}{G} \sum_j r_j$, ``grpo`` and ``dr_grpo``)
+
 $$
 \mathcal{L}(\theta) = -\frac{1}{B} \sum_{i=1}^{B}
 \left[w^+_i R_i \log \sigma(\psi_i) + w^-_i (1 - R_i) \log (1 - \sigma(\psi_i))\right]
@@ -44,7 +47,7 @@ import torch.nn.functional as F
 
 
 REWARD_PROXIES = ("log_ratio", "mean_logp")
-SCORES = ("rloo", "grpo", "naive")
+SCORES = ("rloo", "grpo", "dr_grpo", "naive")
 CLASS_WEIGHTS = ("balanced", "positive_only", "negative_only", None)
 
 GRPO_STD_EPS = 1e-6  # as the reference implementation
@@ -114,6 +117,8 @@ def compute_score(
         score (`str`, *optional*, defaults to `"rloo"`):
             `"rloo"`: $\psi_i = r_i - \frac{1}{n-1}\sum_{j \ne i} r_j$;
             `"grpo"`: $\psi_i = (r_i - \bar r_g) / (\mathrm{std}_g(r) + 10^{-6})$ with the unbiased std;
+            `"dr_grpo"`: $\psi_i = r_i - \bar r_g$, the group mean including $i$ and no std (Dr. GRPO, Liu et al.
+            2025; the paper's Appendix D.3), i.e. $\frac{n-1}{n}$ times `"rloo"`;
             `"naive"`: $\psi_i = r_i$.
         valid (`torch.Tensor` of shape `(B,)`, *optional*):
             `True` for rows that are samples of the policy. Rows with `False` (a completion whose mask is empty, so
@@ -140,6 +145,8 @@ def compute_score(
         loo_mean = (total - grouped) / (n - 1).clamp(min=1.0)  # (B/G, G) mean of the other valid rows
         return ((grouped - loo_mean) * v).view(-1)
     centered = (grouped - total / n.clamp(min=1.0)) * v  # (B/G, G)
+    if score == "dr_grpo":
+        return centered.view(-1)
     var = centered.pow(2).sum(-1, keepdim=True) / (n - 1).clamp(min=1.0)  # (B/G, 1) unbiased
     # sqrt has an infinite derivative at 0 and psi == 0 on every on-policy step: take the root only where var > 0
     # (the "double where" keeps NaN out of the backward pass), so the loss and its gradient stay finite.
@@ -274,7 +281,7 @@ def pacs_loss_from_rewards(
             Reward proxies $r_i$ (from [`compute_reward_proxy`]).
         valid (`torch.Tensor` of shape `(B,)`, *optional*):
             Rows that are samples of the policy (see [`compute_score`]); invalid rows, and groups left with fewer than
-            2 valid rows (`"rloo"`, `"grpo"`), contribute no loss.
+            2 valid rows (every score but `"naive"`), contribute no loss.
 
     Returns:
         `tuple[torch.Tensor, dict[str, torch.Tensor]]`: as [`pacs_loss`].
@@ -302,6 +309,7 @@ def pacs_coefficients(
 
     - `"naive"`: $c_i = g_i$;
     - `"rloo"`: $c_i = g_i - \frac{1}{n-1} \sum_{j \ne i} g_j$;
+    - `"dr_grpo"`: $c_i = g_i - \frac{1}{n} \sum_j g_j$;
     - `"grpo"`: with $d = r - \bar r$, $s$ the unbiased std and $\epsilon = 10^{-6}$,
       $c_i = \frac{g_i - \bar g}{s + \epsilon} - \frac{(\sum_j g_j d_j)\, d_i}{(s + \epsilon)^2 (n - 1)\, s}$
       (the second term is 0 where $s = 0$, as in [`compute_score`]).
@@ -347,6 +355,8 @@ def pacs_coefficients(
     if score == "rloo":
         coef = g - (g_total - g) / (n - 1).clamp(min=1.0)
         return (coef * v).view(-1), loss, stats
+    if score == "dr_grpo":
+        return ((g - g_total / n.clamp(min=1.0)) * v).view(-1), loss, stats
     r = rewards.to(g.dtype).view(-1, G)
     d = (r - (r * v).sum(-1, keepdim=True) / n.clamp(min=1.0)) * v  # (B/G, G)
     var = d.pow(2).sum(-1, keepdim=True) / (n - 1).clamp(min=1.0)  # (B/G, 1)
