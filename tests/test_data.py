@@ -2,21 +2,36 @@
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
-from pacs.data import BENCHMARKS, PROMPT_SUFFIX, load_benchmark, load_train_dataset, make_prompt
+from pacs.data import (
+    BENCHMARKS,
+    DATA_DIR,
+    PROMPT_SUFFIX,
+    SYSTEM_PROMPT,
+    load_benchmark,
+    load_train_dataset,
+    make_prompt,
+)
 from pacs.rewards import score_completions
 
 
-@pytest.mark.parametrize("name, rows", [("math500", 500), ("aime24", 30), ("aime25", 30), ("amc23", 40)])
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+SHARED_BEYONDAIME = Path(__file__).resolve().parents[2] / "shared" / "data" / "beyondaime.jsonl"
+
+
+@pytest.mark.parametrize(
+    "name, rows", [("math500", 500), ("aime24", 30), ("aime25", 30), ("amc23", 40), ("beyondaime", 100)]
+)
 def test_bundled_benchmark_loads_and_every_gold_parses(name, rows):
     ds = load_benchmark(name)
     assert len(ds) == rows == BENCHMARKS[name]["rows"]
     assert ds.column_names == ["id", "problem", "prompt", "solution"]
     assert len(set(ds["id"])) == rows
     row = ds[0]
-    assert row["prompt"] == [{"role": "user", "content": row["problem"] + PROMPT_SUFFIX}]
+    assert row["prompt"] == [SYSTEM, {"role": "user", "content": row["problem"] + PROMPT_SUFFIX}]
     # a gold answer that does not parse would score None for every completion
     boxed = ["\\boxed{" + s + "}" for s in ds["solution"]]
     scored = score_completions(boxed, ds["solution"])
@@ -24,24 +39,43 @@ def test_bundled_benchmark_loads_and_every_gold_parses(name, rows):
 
 
 def test_paper_prompt():
-    assert make_prompt("What is $1+1$?") == [
-        {
-            "role": "user",
-            "content": "What is $1+1$? Please reason step by step, and put your final answer within \\boxed{}.",
-        }
-    ]
+    # Appendix C.1: the system turn "You are a helpful assistant." and the user turn with the instruction
+    user = {
+        "role": "user",
+        "content": "What is $1+1$? Please reason step by step, and put your final answer within \\boxed{}.",
+    }
+    assert SYSTEM_PROMPT == "You are a helpful assistant."
+    assert make_prompt("What is $1+1$?") == [SYSTEM, user]
+    # the user turn alone, for models without a system role
+    for off in (None, ""):
+        assert make_prompt("What is $1+1$?", system_prompt=off) == [user]
+        assert load_benchmark("aime24", limit=1, system_prompt=off)[0]["prompt"][0]["role"] == "user"
+        assert len(load_train_dataset("math_train", limit=1, system_prompt=off)[0]["prompt"]) == 1
+    assert make_prompt("x", system_prompt="Be brief.")[0] == {"role": "system", "content": "Be brief."}
+
+
+def test_beyondaime_is_the_shared_file():
+    # the bundled copy holds the 100 problems of the shared file, with integer answers, in the same order
+    bundled = (DATA_DIR / "beyondaime.jsonl").read_text(encoding="utf-8")
+    if SHARED_BEYONDAIME.exists():  # the workspace's copy, next to the checkout
+        assert bundled == SHARED_BEYONDAIME.read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in bundled.splitlines()]
+    ds = load_benchmark("BeyondAIME")
+    assert len(ds) == 100 and ds["id"] == [r["id"] for r in rows] and ds["problem"] == [r["problem"] for r in rows]
+    assert all(s.isdigit() for s in ds["solution"])
+    assert "beyondaime.jsonl" in (DATA_DIR / "README.md").read_text() and "CC0" in (DATA_DIR / "README.md").read_text()
 
 
 def test_limit_and_name_normalisation():
     assert len(load_benchmark("MATH-500", limit=3)) == 3
-    with pytest.raises(ValueError, match=r"valid names are \['aime24', 'aime25', 'amc23', 'math500'\]"):
+    with pytest.raises(ValueError, match=r"valid names are \['aime24', 'aime25', 'amc23', 'beyondaime', 'math500'\]"):
         load_benchmark("gsm8k")
 
 
 def test_bundled_train_set():
     ds = load_train_dataset("math_train", limit=5)
     assert len(ds) == 5 and ds.column_names == ["id", "problem", "prompt", "solution"]
-    assert ds[0]["prompt"][0]["content"].endswith(PROMPT_SUFFIX)
+    assert ds[0]["prompt"][0] == SYSTEM and ds[0]["prompt"][1]["content"].endswith(PROMPT_SUFFIX)
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet"])
@@ -60,7 +94,7 @@ def test_local_files_with_custom_columns(tmp_path, suffix):
     assert len(ds) == 3
     assert ds["solution"] == ["0", "2", "4"]
     assert ds["id"] == ["train-0", "train-1", "train-2"]
-    assert ds[1]["prompt"][0]["content"] == "What is 1 + 1?" + PROMPT_SUFFIX
+    assert ds[1]["prompt"] == [SYSTEM, {"role": "user", "content": "What is 1 + 1?" + PROMPT_SUFFIX}]
 
 
 def test_missing_column_is_named(tmp_path):
@@ -129,14 +163,15 @@ def test_malformed_conversation_is_named(tmp_path):
 
 def test_prompt_suffix_can_be_turned_off_or_replaced(tmp_path):
     path = _write_jsonl(tmp_path / "t.jsonl", [{"problem": "What is 1 + 1?", "answer": "2"}])
-    assert load_train_dataset(path)[0]["prompt"][0]["content"] == "What is 1 + 1?" + PROMPT_SUFFIX
+    assert load_train_dataset(path)[0]["prompt"][-1]["content"] == "What is 1 + 1?" + PROMPT_SUFFIX
     for off in (None, ""):
         assert load_train_dataset(path, prompt_suffix=off)[0]["prompt"] == [
-            {"role": "user", "content": "What is 1 + 1?"}
+            SYSTEM,
+            {"role": "user", "content": "What is 1 + 1?"},
         ]
     mine = " Answer with a number in \\boxed{}."
-    assert load_train_dataset(path, prompt_suffix=mine)[0]["prompt"][0]["content"] == "What is 1 + 1?" + mine
-    assert make_prompt("x", suffix=None) == [{"role": "user", "content": "x"}]
+    assert load_train_dataset(path, prompt_suffix=mine)[0]["prompt"][-1]["content"] == "What is 1 + 1?" + mine
+    assert make_prompt("x", suffix=None) == [SYSTEM, {"role": "user", "content": "x"}]
     # a conversation never gets the suffix, whatever it is
     chat = _write_jsonl(tmp_path / "c.jsonl", [{"prompt": CONVERSATION, "answer": "4"}])
     assert load_train_dataset(chat, prompt_suffix=mine)[0]["prompt"] == CONVERSATION

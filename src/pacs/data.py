@@ -1,19 +1,23 @@
 """Benchmark and training sets as `datasets.Dataset`s in TRL's conversational format, with the paper's prompt.
 
-Every row has `prompt` (one user turn: the problem followed by the paper's instruction, `PROMPT_SUFFIX`), `solution`
-(the gold final answer, a LaTeX string for `pacs.rewards.math_reward`), `id` and `problem`. A training file whose
-problem column already holds a conversation (a list of `{"role", "content"}` messages) keeps it as the prompt,
-unchanged; `load_train_dataset(..., prompt_suffix=None)` turns the instruction off for plain-text problems, any other
-string replaces it.
+Every row has `prompt` (the paper's two turns, Appendix C.1: the system turn `SYSTEM_PROMPT`, "You are a helpful
+assistant.", and a user turn holding the problem followed by the instruction `PROMPT_SUFFIX`), `solution` (the gold
+final answer, a LaTeX string for `pacs.rewards.math_reward`), `id` and `problem`. `system_prompt=None` sends the user
+turn alone (for models whose chat template has no system role). A training file whose problem column already holds a
+conversation (a list of `{"role", "content"}` messages) keeps it as the prompt, unchanged;
+`load_train_dataset(..., prompt_suffix=None)` turns the instruction off for plain-text problems, any other string
+replaces it.
 
 >>> from pacs.data import load_benchmark
 >>> ds = load_benchmark("aime24", limit=2)
 >>> ds.column_names
 ['id', 'problem', 'prompt', 'solution']
->>> ds[0]["prompt"][0]["content"].endswith("put your final answer within \\\\boxed{}.")
+>>> [turn["role"] for turn in ds[0]["prompt"]]
+['system', 'user']
+>>> ds[0]["prompt"][1]["content"].endswith("put your final answer within \\\\boxed{}.")
 True
 
-The four benchmarks of the paper ship inside the package (`src/pacs/data/`, sources in the README there), so that
+The five benchmarks of the paper ship inside the package (`src/pacs/data/`, sources in the README there), so that
 evaluation runs offline. Their hub copies, for reference or for loading with `load_train_dataset(..., split="test")`:
 
 | name | rows | hub alternative |
@@ -22,6 +26,7 @@ evaluation runs offline. Their hub copies, for reference or for loading with `lo
 | `aime24` | 30 | `HuggingFaceH4/aime_2024` (split `train`) |
 | `aime25` | 30 | `math-ai/aime25` (split `test`) |
 | `amc23` | 40 | `math-ai/amc23` (split `test`, problem column `question`) |
+| `beyondaime` | 100 | `ByteDance-Seed/BeyondAIME` (split `test`) |
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "BENCHMARKS",
     "DATA_DIR",
     "PROMPT_SUFFIX",
+    "SYSTEM_PROMPT",
     "TRAIN_DATASETS",
     "load_benchmark",
     "load_train_dataset",
@@ -53,11 +59,15 @@ DATA_DIR = Path(__file__).parent / "data"
 PROMPT_SUFFIX = " Please reason step by step, and put your final answer within \\boxed{}."
 """Appended to every problem: the prompt of the paper (and of DeepScaleR, Qwen2.5-Math)."""
 
+SYSTEM_PROMPT = "You are a helpful assistant."
+"""The system turn of the paper's prompt (Appendix C.1); `system_prompt=None` leaves it out."""
+
 BENCHMARKS: dict[str, dict[str, Any]] = {
     "math500": {"file": "math500.jsonl", "rows": 500, "hub": "HuggingFaceH4/MATH-500"},
     "aime24": {"file": "aime24.jsonl", "rows": 30, "hub": "HuggingFaceH4/aime_2024"},
     "aime25": {"file": "aime25.jsonl", "rows": 30, "hub": "math-ai/aime25"},
     "amc23": {"file": "amc23.jsonl", "rows": 40, "hub": "math-ai/amc23"},
+    "beyondaime": {"file": "beyondaime.jsonl", "rows": 100, "hub": "ByteDance-Seed/BeyondAIME"},
 }
 """The paper's evaluation benchmarks: bundled file, row count and a hub alternative."""
 
@@ -69,21 +79,29 @@ TRAIN_DATASETS: dict[str, dict[str, Any]] = {
 """Training sets by short name: `deepscaler` (the paper's, from the hub) and bundled ones for offline runs."""
 
 
-def make_prompt(problem: str, suffix: str | None = PROMPT_SUFFIX) -> list[dict[str, str]]:
-    """The paper's prompt for `problem`: one user turn, as a TRL conversational prompt.
+def make_prompt(
+    problem: str, suffix: str | None = PROMPT_SUFFIX, system_prompt: str | None = SYSTEM_PROMPT
+) -> list[dict[str, str]]:
+    """The paper's prompt for `problem` (Appendix C.1): a system turn and a user turn, as a TRL conversational prompt.
 
     Args:
         problem (`str`):
             The problem statement.
         suffix (`str` or `None`, *optional*, defaults to `PROMPT_SUFFIX`):
             Appended to the problem; `None` or `""` for none.
+        system_prompt (`str` or `None`, *optional*, defaults to `SYSTEM_PROMPT`):
+            The system turn, "You are a helpful assistant."; `None` or `""` sends the user turn alone (for models
+            whose chat template has no system role).
 
-    >>> make_prompt("What is 1+1?")
-    [{'role': 'user', 'content': 'What is 1+1? Please reason step by step, and put your final answer within \\\\boxed{}.'}]
-    >>> make_prompt("What is 1+1?", suffix=None)
+    >>> make_prompt("What is 1+1?")[0]
+    {'role': 'system', 'content': 'You are a helpful assistant.'}
+    >>> make_prompt("What is 1+1?")[1]["content"]
+    'What is 1+1? Please reason step by step, and put your final answer within \\\\boxed{}.'
+    >>> make_prompt("What is 1+1?", suffix=None, system_prompt=None)
     [{'role': 'user', 'content': 'What is 1+1?'}]
     """
-    return [{"role": "user", "content": f"{problem}{suffix or ''}"}]
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": f"{problem}{suffix or ''}"}]
 
 
 def _as_conversation(value: Any, source: str, column: str, index: int) -> list[dict[str, Any]] | None:
@@ -151,6 +169,7 @@ def _to_pacs_format(
     id_column: str,
     limit: int | None,
     prompt_suffix: str | None = PROMPT_SUFFIX,
+    system_prompt: str | None = SYSTEM_PROMPT,
 ) -> Dataset:
     """Select the first `limit` rows and map them to `id`, `problem`, `prompt`, `solution`."""
     if problem_column == "problem" and "problem" not in dataset.column_names and "prompt" in dataset.column_names:
@@ -172,7 +191,7 @@ def _to_pacs_format(
         messages = _as_conversation(row[problem_column], source, problem_column, idx)
         if messages is None:  # plain text: the paper's prompt
             problem = "" if row[problem_column] is None else str(row[problem_column])
-            prompt = make_prompt(problem, prompt_suffix)
+            prompt = make_prompt(problem, prompt_suffix, system_prompt)
         else:  # already a conversation: passed through as it is, system turns included
             problem, prompt = _problem_text(messages), messages
         return {
@@ -198,14 +217,17 @@ def _load_bundled(file: str) -> Dataset:
     return Dataset.from_list(_read_json_rows(DATA_DIR / file))
 
 
-def load_benchmark(name: str, limit: int | None = None) -> Dataset:
+def load_benchmark(name: str, limit: int | None = None, system_prompt: str | None = SYSTEM_PROMPT) -> Dataset:
     """Load one of the paper's benchmarks from the data bundled with `pacs` (no network needed).
 
     Args:
         name (`str`):
-            One of `"math500"`, `"aime24"`, `"aime25"`, `"amc23"` (case and `-`/`_` are ignored: `"MATH-500"` works).
+            One of `"math500"`, `"aime24"`, `"aime25"`, `"amc23"`, `"beyondaime"` (case and `-`/`_` are ignored:
+            `"MATH-500"` works).
         limit (`int` or `None`, *optional*, defaults to `None`):
             Keep only the first `limit` problems.
+        system_prompt (`str` or `None`, *optional*, defaults to `SYSTEM_PROMPT`):
+            The system turn of every prompt; `None` sends the user turn alone.
 
     Returns:
         `datasets.Dataset` with columns `id`, `problem`, `prompt`, `solution`.
@@ -218,7 +240,9 @@ def load_benchmark(name: str, limit: int | None = None) -> Dataset:
         )
     _check_limit(limit)
     info = BENCHMARKS[key]
-    return _to_pacs_format(_load_bundled(info["file"]), key, "problem", "answer", "id", limit)
+    return _to_pacs_format(
+        _load_bundled(info["file"]), key, "problem", "answer", "id", limit, system_prompt=system_prompt
+    )
 
 
 def load_train_dataset(
@@ -229,6 +253,7 @@ def load_train_dataset(
     split: str = "train",
     id_column: str = "id",
     prompt_suffix: str | None = PROMPT_SUFFIX,
+    system_prompt: str | None = SYSTEM_PROMPT,
 ) -> Dataset:
     """Load a training set: a short name, a local file, or a hub dataset id.
 
@@ -253,12 +278,15 @@ def load_train_dataset(
             Appended to every plain-text problem to make the user turn (the paper's instruction by default); `None`
             or `""` adds nothing, any other string replaces it. Conversational problems are never changed: they pass
             through as they are, system messages included.
+        system_prompt (`str` or `None`, *optional*, defaults to `SYSTEM_PROMPT`):
+            The system turn put before every plain-text problem's user turn ("You are a helpful assistant.", the
+            paper's); `None` or `""` sends the user turn alone. Conversational problems are never changed.
 
     Returns:
         `datasets.Dataset` with columns `id`, `problem` (the statement; for a conversation its last user turn),
         `prompt` (conversational) and `solution`.
 
-    >>> ds = load_train_dataset("math_train", limit=1, prompt_suffix=None)
+    >>> ds = load_train_dataset("math_train", limit=1, prompt_suffix=None, system_prompt=None)
     >>> ds[0]["prompt"][0]["content"] == ds[0]["problem"]
     True
     """
@@ -297,4 +325,6 @@ def load_train_dataset(
                 "'math_train' set or a local .jsonl/.json/.parquet file instead."
             ) from e
         source = hub_id
-    return _to_pacs_format(dataset, source, problem_column, answer_column, id_column, limit, prompt_suffix)
+    return _to_pacs_format(
+        dataset, source, problem_column, answer_column, id_column, limit, prompt_suffix, system_prompt
+    )
