@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-vllm vllm-env lint format
+.PHONY: install demo test test-vllm vllm-env gpu-bundle gpu-rehearsal lint format
 
 # torch first, and only if missing: the package's dependencies must never pull a (multi-GB) CUDA torch by accident.
 install:
@@ -46,6 +46,37 @@ vllm-env:
 
 test-vllm: vllm-env
 	$(VLLM_PY) -m pytest tests/vllm -m vllm -p no:cacheprovider $(PYTEST_ARGS)
+
+# The GPU check (benchmarks/gpu_check.py, benchmarks/README.md#the-gpu-check) runs on an air-gapped H200 whose image has
+# Python 3.12, torch 2.11, transformers 5.17.0 and accelerate 1.15.0 but no trl, datasets, math-verify or deepspeed,
+# and no registry. `make gpu-bundle` puts into .gpu-bundle/ the Python 3.12 wheels of what the check needs beyond that
+# image (deepspeed built here with DS_BUILD_OPS=0, pacs itself), plus requirements.txt naming what to install; it must
+# stay under 48 MiB so that it and the working tree fit the 64 MiB carried. Two versions of datasets and fsspec: pip
+# falls back to datasets 5.0 (pyarrow >= 21) if the image's pyarrow is older than 24 (pyarrow itself is 52 MiB).
+GPU_BUNDLE ?= .gpu-bundle
+GPU_BUNDLE_WHEELS ?= trl==1.16.0 datasets==5.2.0 datasets==5.0.0 dill==0.4.1 multiprocess==0.70.19 \
+	fsspec==2026.9.0 fsspec==2026.4.0 math-verify==0.9.0 latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2 \
+	hjson==3.1.0 pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.8.0 typing-inspection==0.4.5 \
+	typing-extensions==4.15.0
+DEEPSPEED_VERSION ?= 0.19.8
+GPU_BUNDLE_MAX_MIB ?= 48
+GPU_WHEEL_TARGET := --python-version 3.12 --implementation cp --only-binary=:all: --no-deps \
+	--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+
+gpu-bundle:
+	@set -e; mkdir -p $(GPU_BUNDLE); rm -f $(GPU_BUNDLE)/pacs-*.whl; \
+	for req in $(GPU_BUNDLE_WHEELS); do $(PYTHON) -m pip download -q $(GPU_WHEEL_TARGET) -d $(GPU_BUNDLE) "$$req"; done; \
+	if [ ! -f $(GPU_BUNDLE)/deepspeed-$(DEEPSPEED_VERSION)-py3-none-any.whl ]; then \
+	  $(PYTHON) -m pip download -q --no-deps --no-binary=:all: -d $(GPU_BUNDLE)/.sdist deepspeed==$(DEEPSPEED_VERSION); \
+	  DS_BUILD_OPS=0 $(PYTHON) -m pip wheel -q --no-deps --no-build-isolation -w $(GPU_BUNDLE) \
+	    $(GPU_BUNDLE)/.sdist/deepspeed-$(DEEPSPEED_VERSION).tar.gz; rm -rf $(GPU_BUNDLE)/.sdist; fi; \
+	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation -w $(GPU_BUNDLE) .; \
+	printf '%s\n' trl==1.16.0 datasets math-verify deepspeed==$(DEEPSPEED_VERSION) \
+	  "pacs==$$($(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')" \
+	  > $(GPU_BUNDLE)/requirements.txt; \
+	ls -l $(GPU_BUNDLE); \
+	kib=$$(du -sk $(GPU_BUNDLE) | cut -f1); echo "$(GPU_BUNDLE): $$kib KiB (limit $(GPU_BUNDLE_MAX_MIB) MiB)"; \
+	[ $$kib -le $$(( $(GPU_BUNDLE_MAX_MIB) * 1024 )) ] || { echo "$(GPU_BUNDLE) is over $(GPU_BUNDLE_MAX_MIB) MiB"; exit 1; }
 
 lint:
 	$(PYTHON) -m ruff check .
