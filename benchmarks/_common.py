@@ -1,6 +1,8 @@
-"""Shared helpers of the benchmark scripts: offline environment, machine/version report, summary statistics.
+"""What the benchmark scripts share for measuring: offline environment, machine/version info, statistics, the critic
+and clipping summaries read from a trainer's `log_history`, a per-run JSON cache and a pool of worker processes.
 
-Not run on its own; `benchmarks/step_cost.py` and `benchmarks/learning.py` import it.
+Not run on its own; the scripts in benchmarks/ import it (before transformers: it sets the offline environment).
+Rendering (markdown tables, intervals, goals met or missed) lives in `report.py`.
 """
 
 from __future__ import annotations
@@ -19,9 +21,15 @@ for _key, _value in {
     os.environ.setdefault(_key, _value)
 
 import datetime  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+# Machine and versions ----------------------------------------------------------------------------------------------
 
 
 def load_average() -> str:
@@ -33,7 +41,10 @@ def load_average() -> str:
 
 
 def machine_info() -> dict:
-    """Date, host, CPU model, core count, RAM, GPU and package versions, for the header of a results file."""
+    """Date, host, CPU model, core count, RAM, GPU, package versions and the code that ran, for a results file.
+
+    `code` is `$PACS_BENCH_CODE` when set (e.g. "src/ of commit abc frozen by git archive"), else "this checkout".
+    """
     import torch
     import transformers
     import trl
@@ -43,9 +54,7 @@ def machine_info() -> dict:
     cpu = platform.processor() or "unknown"
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                cpu = line.split(":", 1)[1].strip()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name:")), cpu)
     except FileNotFoundError:
         pass
     ram_gib = None
@@ -66,14 +75,153 @@ def machine_info() -> dict:
         "trl": trl.__version__,
         "pacs": pacs.__version__,
         "load_average_start": load_average(),
+        "code": os.environ.get("PACS_BENCH_CODE", "this checkout"),
     }
     try:
-        info["pacs_git"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
+        git = ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"]
+        info["pacs_git"] = subprocess.run(git, capture_output=True, text=True, check=False).stdout.strip()
     except FileNotFoundError:
         pass
     return info
+
+
+# Statistics ---------------------------------------------------------------------------------------------------------
+
+
+def min_med_max(values) -> tuple[float, float, float]:
+    """(min, median, max) of a non-empty sequence."""
+    values = list(values)
+    return min(values), statistics.median(values), max(values)
+
+
+def quantiles(values, qs=(0.1, 0.5, 0.9)) -> list[float]:
+    """Empirical quantiles (nearest rank) of a non-empty sequence."""
+    values = sorted(values)
+    return [values[min(len(values) - 1, int(q * len(values)))] for q in qs]
+
+
+# two-sided 95% Student t quantiles by sample size (3 decimals, as the committed results were computed)
+_T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
+
+
+def t_interval(xs) -> tuple[float, float, float] | None:
+    """(mean, low, high): the 95% t-interval of the mean of `xs` (n >= 2), or None for fewer than 2 values."""
+    xs = list(xs)
+    if len(xs) < 2:
+        return None
+    if len(xs) in _T95:
+        t = _T95[len(xs)]
+    else:
+        from scipy.stats import t as student_t
+
+        t = float(student_t.ppf(0.975, len(xs) - 1))
+    m, half = statistics.mean(xs), t * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - half, m + half
+
+
+# What PACS's critic does and how often clipping bites, from the trainer's log ---------------------------------------
+
+CRITIC_KEYS = ("pacs/critic_margin", "pacs/critic_accuracy", "pacs/majority_accuracy", "pacs/critic_close_frac")
+
+
+def critic_summary(log_history: list[dict], steps_per_cycle: int) -> dict | None:
+    """The implicit critic over the off-policy optimizer steps of a run, from `trainer.state.log_history`.
+
+    Needs `logging_steps=1` (one log entry per optimizer step) and PACSTrainer's per-step metrics:
+    `pacs/critic_margin` (the step's median over completions of |sigma(psi) - 1/2|), `pacs/critic_accuracy`,
+    `pacs/majority_accuracy` (always guessing the step's more common label: what the critic has to beat) and
+    `pacs/critic_close_frac` (share of completions with |label - sigma(psi)| < 0.1).
+
+    transformers logs optimizer step k (1-based) with `"step": k`; the step was computed at `global_step` k - 1, and
+    TRL generates when that is a multiple of `steps_per_cycle` (optimizer steps per generation x num_iterations).
+    Those steps have psi == 0 exactly and are left out. Every figure is per step first: the quantiles are over the
+    per-step medians of |sigma(psi) - 1/2| (not over completions pooled across steps, as before 2026-12-04), the
+    accuracies and shares are means of per-step values. Returns None without such steps or metrics (GRPO, RLOO).
+    """
+    off = [
+        e
+        for e in log_history
+        if "step" in e and (e["step"] - 1) % steps_per_cycle != 0 and all(k in e for k in CRITIC_KEYS)
+    ]
+    if not off:
+        return None
+
+    def mean(key: str) -> float | None:
+        values = [e[key] for e in off if e.get(key) is not None]
+        return statistics.mean(values) if values else None
+
+    return {
+        "summary": "per_step",
+        "off_policy_steps": len(off),
+        "critic_margin_step_q10_q50_q90": quantiles([e["pacs/critic_margin"] for e in off]),
+        "critic_accuracy_off_policy": mean("pacs/critic_accuracy"),
+        "majority_label_accuracy": mean("pacs/majority_accuracy"),
+        "critic_close_frac": mean("pacs/critic_close_frac"),
+        "proxy_abs_mean": mean("pacs/proxy_abs_mean"),
+        "psi_std_mean": mean("pacs/psi_std"),
+    }
+
+
+def clip_fraction(log_history: list[dict], max_grad_norm: float) -> float | None:
+    """Fraction of optimizer steps whose pre-clipping gradient norm (TRL logs it) exceeded `max_grad_norm`."""
+    norms = [e["grad_norm"] for e in log_history if e.get("grad_norm") is not None]
+    if not norms:
+        return None
+    return sum(n > max_grad_norm for n in norms) / len(norms)
+
+
+def per_step(log_history: list[dict], key: str) -> list[list[float]]:
+    """`[[step, value], ...]` of every log entry holding `key` (e.g. TRL's "entropy", for a curve over training)."""
+    return [[e["step"], e[key]] for e in log_history if e.get(key) is not None and "step" in e]
+
+
+# Running many runs: a JSON file per finished run, and a pool of worker processes ------------------------------------
+
+
+class RunCache:
+    """One JSON file per finished run under `directory`, valid while `key` (every setting that changes a run) holds.
+
+    An interrupted or extended invocation then redoes nothing, and a run added later (a new config, a new seed)
+    leaves the others alone.
+    """
+
+    def __init__(self, directory, key: dict):
+        self.directory, self.key = Path(directory), key
+
+    def path(self, tag: str) -> Path:
+        return self.directory / f"{tag}.json"
+
+    def get(self, tag: str) -> dict | None:
+        path = self.path(tag)
+        if path.exists():
+            saved = json.loads(path.read_text())
+            if saved["key"] == json.loads(json.dumps(self.key)):
+                return saved["run"]
+        return None
+
+    def put(self, tag: str, run: dict) -> dict:
+        """Store `run`; returns it as a later invocation will read it (JSON round trip: tuples become lists)."""
+        path = self.path(tag)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"key": self.key, "run": run}))
+        return json.loads(path.read_text())["run"]
+
+
+def run_all(fn, specs: list, jobs: int, on_result) -> None:
+    """`on_result(fn(spec))` for every spec: in this process for `jobs` <= 1, else in `jobs` spawned workers."""
+    if jobs <= 1 or len(specs) <= 1:
+        for spec in specs:
+            on_result(fn(spec))
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        for result in pool.map(fn, specs):
+            on_result(result)
+
+
+# Legacy (until learning.py, reuse.py and smollm_compare.py move to report.py and log_history) -----------
 
 
 def machine_markdown(info: dict) -> str:
@@ -87,12 +235,6 @@ def machine_markdown(info: dict) -> str:
         f"trl {info['trl']}, pacs {info['pacs']}" + (f" (git {info['pacs_git']})" if info.get("pacs_git") else ""),
     ]
     return "\n".join(lines)
-
-
-def min_med_max(values) -> tuple[float, float, float]:
-    """(min, median, max) of a non-empty sequence."""
-    values = list(values)
-    return min(values), statistics.median(values), max(values)
 
 
 def fmt3(values, spec: str = ".3f") -> str:
@@ -137,13 +279,7 @@ def recording(trainer_cls):
     return Recording
 
 
-def quantiles(values, qs=(0.1, 0.5, 0.9)) -> list[float]:
-    """Empirical quantiles (nearest rank) of a non-empty sequence."""
-    values = sorted(values)
-    return [values[min(len(values) - 1, int(q * len(values)))] for q in qs]
-
-
-def critic_summary(records: list[dict], steps_per_generation: int) -> dict | None:
+def critic_summary_pooled(records: list[dict], steps_per_generation: int) -> dict | None:
     """|sigma(psi) - 1/2| quantiles and critic accuracy over the off-policy steps of `recording(...).critic_records`.
 
     The critic's guess for a completion is "correct" when sigma(psi) > 1/2; its accuracy is measured against the
@@ -166,11 +302,3 @@ def critic_summary(records: list[dict], steps_per_generation: int) -> dict | Non
         "critic_accuracy_off_policy": sum(hits) / len(hits),
         "majority_label_accuracy": max(pos, 1 - pos),
     }
-
-
-def clip_fraction(log_history: list[dict], max_grad_norm: float) -> float | None:
-    """Fraction of optimizer steps whose pre-clipping gradient norm (TRL logs it) exceeded `max_grad_norm`."""
-    norms = [e["grad_norm"] for e in log_history if e.get("grad_norm") is not None]
-    if not norms:
-        return None
-    return sum(n > max_grad_norm for n in norms) / len(norms)

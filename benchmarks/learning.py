@@ -279,7 +279,7 @@ def run_one(name: str, lr: float, seed: int, args, model_path: str, tokenizer, t
     trainer.train()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     # TRL generates every steps_per_generation * num_iterations optimizer steps (GA is 1); the others are off-policy
-    critic = _common.critic_summary(trainer.critic_records, args.steps_per_generation * args.num_iterations)
+    critic = _common.critic_summary_pooled(trainer.critic_records, args.steps_per_generation * args.num_iterations)
     clip = _common.clip_fraction(train_log, 1.0)
     print(
         f"[rl] {name:20s} lr {lr:g} seed {seed}: val {curve[0][1]:.3f} -> {curve[-1][1]:.3f}, test "

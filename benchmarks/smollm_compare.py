@@ -86,7 +86,7 @@ def run_one(args, seed: int, algorithm: str, before: dict | None) -> dict:
             self.critic_records = records
 
     metrics = demo.train_and_evaluate(dargs, algorithm, before=before, trainer_cls=Keep, progress=False)
-    metrics["critic"] = _common.critic_summary(records, dargs.steps_per_generation)
+    metrics["critic"] = _common.critic_summary_pooled(records, dargs.steps_per_generation)
     metrics["clip_fraction"] = _common.clip_fraction(metrics["log_history"], 1.0)
     metrics["load_average_end"] = _common.load_average()
     (out / "demo_metrics.json").write_text(json.dumps(metrics, indent=1))

@@ -68,18 +68,34 @@ def test_learning_task_pieces():
 def test_critic_summary_and_clip_fraction():
     import _common
 
-    records = [  # step 0 generated (psi == 0); steps 1 and 2 are off-policy with k = 4
-        {"step": 0, "probs": [0.5, 0.5], "labels": [1.0, 0.0]},
-        {"step": 1, "probs": [0.7, 0.4], "labels": [1.0, 0.0]},
-        {"step": 2, "probs": [0.45, 0.6], "labels": [1.0, 1.0]},
-    ]
-    c = _common.critic_summary(records, steps_per_generation=4)
-    assert c["off_policy_steps"] == 2 and c["completions"] == 4
-    assert c["critic_accuracy_off_policy"] == 0.75 and c["majority_label_accuracy"] == 0.75
-    assert abs(c["abs_sigma_psi_minus_half_mean"] - (0.2 + 0.1 + 0.05 + 0.1) / 4) < 1e-9
-    assert _common.critic_summary(records[:1], steps_per_generation=4) is None
+    def entry(step, margin, acc, majority, close):
+        return {"step": step, "pacs/critic_margin": margin, "pacs/critic_accuracy": acc,
+                "pacs/majority_accuracy": majority, "pacs/critic_close_frac": close, "pacs/psi_std": 0.1}  # fmt: skip
+
+    # transformers logs optimizer step k (1-based) as "step": k; with 2 optimizer steps per generation steps 1 and 3
+    # generated (psi == 0 there: left out), steps 2 and 4 are off-policy
+    log = [entry(1, 0.0, 0.2, 0.8, 0.0), entry(2, 0.1, 0.5, 0.75, 0.25), entry(3, 0.0, 0.3, 0.7, 0.0)]
+    log += [{"step": 3, "grad_norm": 2.0}, entry(4, 0.3, 0.7, 0.5, 0.75), {"step": 4, "train_runtime": 1.0}]
+    c = _common.critic_summary(log, steps_per_cycle=2)
+    assert c["off_policy_steps"] == 2 and c["summary"] == "per_step"
+    assert c["critic_margin_step_q10_q50_q90"] == [0.1, 0.3, 0.3]  # nearest rank over the two steps' medians
+    assert c["critic_accuracy_off_policy"] == 0.6 and c["majority_label_accuracy"] == 0.625
+    assert c["critic_close_frac"] == 0.5 and c["proxy_abs_mean"] is None
+    assert _common.critic_summary(log, steps_per_cycle=1) is None  # every step generated: nothing off-policy
+    assert _common.critic_summary([{"step": 2, "loss": 0.1}], steps_per_cycle=4) is None  # GRPO: no critic metrics
     log = [{"grad_norm": 0.5}, {"grad_norm": 1.5}, {"loss": 0.1}, {"grad_norm": 2.0}]
     assert _common.clip_fraction(log, 1.0) == 2 / 3
+
+
+def test_report_goal_and_interval():
+    import report
+
+    assert report.goal("ratio <= {threshold}x", 1.2, "<=", 1.35, "median 1.200x").endswith("**met**")
+    assert report.goal("ratio <= {threshold}x", 1.4, "<=", 1.35, "median 1.400x") == (
+        "- ratio <= 1.35x: median 1.400x: **missed**"
+    )
+    assert report.interval([0.5, 0.7]) == "0.600 [-0.671, 1.871]"  # t = 12.706 for 2 values
+    assert report.interval([0.25]) == "0.250" and report.interval([]) == "n/a"
 
 
 def test_smollm_compare_smoke(tmp_path):

@@ -1,0 +1,116 @@
+"""What the benchmark reports share for rendering: the machine block, markdown tables, ratio cells, intervals, goals
+judged from the measured numbers, and the implicit critic's columns.
+
+The per-benchmark report modules (`step_cost_report.py`, `learning_report.py`, `reuse_report.py`,
+`smollm_compare_report.py`) build their markdown from these and from the JSON a benchmark wrote, so `--report-only`
+redoes a report from its JSON alone. A report states no verdict of its own: where a goal is stated, `goal` compares
+the measured number with the threshold and prints both.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import _common
+
+
+def machine_markdown(info: dict) -> str:
+    """The machine/version block of a results file."""
+    lines = [
+        f"- date: {info['date']}",
+        f"- machine: {info['cpu']}, {info['nproc']} CPU cores, {info['ram_gib']} GiB RAM"
+        + (f", GPU {info['gpu']}" if info.get("gpu") else ", no GPU"),
+        f"- load average (1/5/15 min) at start: {info['load_average_start']}; at end: "
+        f"{info.get('load_average_end', 'n/a')}",
+        f"- versions: python {info['python']}, torch {info['torch']}, transformers {info['transformers']}, "
+        f"trl {info['trl']}, pacs {info['pacs']}" + (f" (git {info['pacs_git']})" if info.get("pacs_git") else ""),
+    ]
+    return "\n".join(lines)
+
+
+def table(head: list[str], rows: list[list]) -> str:
+    """A markdown table; cells are written with str()."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def ratio_cell(lo_med_hi, spec: str = ".3f") -> str:
+    """ "lo / **median** / hi" of a (min, median, max) triple."""
+    lo, m, hi = lo_med_hi
+    return f"{lo:{spec}} / **{m:{spec}}** / {hi:{spec}}"
+
+
+def fmt3(values, spec: str = ".3f") -> str:
+    """ "median (min–max)" of a sequence, formatted with `spec`."""
+    lo, med, hi = _common.min_med_max(values)
+    return f"{med:{spec}} ({lo:{spec}}–{hi:{spec}})"
+
+
+def interval(xs, spec: str = ".3f", none: str = "n/a") -> str:
+    """ "mean [low, high]" (95% t-interval over `xs`); the value alone for one, `none` for no values."""
+    xs = list(xs)
+    if len(xs) < 2:
+        return f"{xs[0]:{spec}}" if xs else none
+    m, lo, hi = _common.t_interval(xs)
+    return f"{m:{spec}} [{lo:{spec}}, {hi:{spec}}]"
+
+
+_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+
+
+def goal(claim: str, value: float, op: str, threshold: float, measured: str) -> str:
+    """A goal line: `claim` (naming `threshold`), what was measured, and met/missed from `value` `op` `threshold`.
+
+    >>> goal("peak memory ratio < {threshold}", 0.7, "<", 0.95, "0.70")
+    '- peak memory ratio < 0.95: 0.70: **met**'
+    """
+    met = _OPS[op](value, threshold)
+    return f"- {claim.format(threshold=threshold)}: {measured}: **{'met' if met else 'missed'}**"
+
+
+# The implicit critic. Two summaries exist: "pooled" (results before 2026-12-04: |sigma(psi) - 1/2| of every
+# completion of the off-policy steps pooled, from a recording subclass) and "per_step" (`_common.critic_summary`:
+# PACSTrainer's per-step metrics, so quantiles are over the steps' medians). Each report says which it shows.
+
+
+def critic_kind(critics) -> str:
+    """ "pooled" or "per_step" for a list of `critic` dicts (all of one kind)."""
+    kinds = {c.get("summary", "pooled") for c in critics if c}
+    if len(kinds) > 1:
+        raise ValueError("critic summaries of both kinds in one table; rerun the older runs or report them apart")
+    return kinds.pop() if kinds else "per_step"
+
+
+def critic_margins(c: dict) -> list[float]:
+    """The 10/50/90% quantiles of |sigma(psi) - 1/2|: over completions (pooled) or over per-step medians."""
+    return c.get("abs_sigma_psi_minus_half_q10_q50_q90") or c["critic_margin_step_q10_q50_q90"]
+
+
+def critic_spread(c: dict) -> float:
+    """Pooled: share of completions with |sigma(psi) - 1/2| > 0.05; per step: mean share with |y - sigma(psi)| < 0.1."""
+    return c["frac_abs_dev_over_0.05"] if "frac_abs_dev_over_0.05" in c else c["critic_close_frac"]
+
+
+CRITIC_HEADS = {
+    "pooled": {
+        "margins": "abs(σ(ψ) − ½) 10% / 50% / 90% quantile",
+        "median": "median abs(σ(ψ) − ½)",
+        "spread": "share > 0.05",
+        "accuracy": "critic accuracy (off-policy)",
+        "majority": "majority-label accuracy",
+    },
+    "per_step": {
+        "margins": "per-step median abs(σ(ψ) − ½): 10% / 50% / 90% quantile over steps",
+        "median": "median over steps of the per-step median abs(σ(ψ) − ½)",
+        "spread": "share with abs(label − σ(ψ)) < 0.1, mean over steps",
+        "accuracy": "critic accuracy (off-policy), mean over steps",
+        "majority": "majority-label accuracy, mean over steps",
+    },
+}
+
+CRITIC_NOTES = {
+    "pooled": "|σ(ψ) − ½| is per completion, pooled over the off-policy steps of a run",
+    "per_step": "|σ(ψ) − ½| is first the median over one step's completions (PACSTrainer's `pacs/critic_margin`), "
+    "then its quantiles over the off-policy steps of a run; accuracies and shares are means of per-step values",
+}
