@@ -24,8 +24,7 @@ from pacs.testing import tiny_pacs_config
 
 def _train(model_dir, out_dir, numbers, resume=None, lora=False, **overrides):
     per_device, grad_accum, steps_per_generation, iterations, max_steps = numbers
-    args = tiny_pacs_config(
-        out_dir,
+    settings = dict(
         per_device_train_batch_size=per_device,
         gradient_accumulation_steps=grad_accum,
         steps_per_generation=steps_per_generation,
@@ -35,8 +34,8 @@ def _train(model_dir, out_dir, numbers, resume=None, lora=False, **overrides):
         learning_rate=0.1,
         lr_scheduler_type="linear",  # the scheduler's state must come back too
         seed=3,
-        **overrides,
     )
+    args = tiny_pacs_config(out_dir, **{**settings, **overrides})
     peft_config = None
     if lora:
         from peft import LoraConfig
@@ -59,11 +58,12 @@ def _train(model_dir, out_dir, numbers, resume=None, lora=False, **overrides):
     return trainer, before, flat_parameters(trainer), generated_at
 
 
-def resume_runs(model_dir, out_dir, numbers, resume_steps, lora=False) -> dict:
-    """The uninterrupted run (saving a checkpoint every step), then one resumed run per step in `resume_steps`."""
+def resume_runs(model_dir, out_dir, numbers, resume_steps, lora=False, **overrides) -> dict:
+    """The uninterrupted run (saving a checkpoint every step), then one resumed run per step in `resume_steps`;
+    `overrides` are further `PACSConfig` settings of every run."""
     full_dir = os.path.join(out_dir, "full")
     trainer, before, after, generated_at = _train(
-        model_dir, full_dir, numbers, lora=lora, save_strategy="steps", save_steps=1
+        model_dir, full_dir, numbers, lora=lora, save_strategy="steps", save_steps=1, **overrides
     )
     update = (after - before).norm().item()
     record = {"rank": trainer.accelerator.process_index, "update_norm": update, "generated_at": generated_at}
@@ -72,7 +72,7 @@ def resume_runs(model_dir, out_dir, numbers, resume_steps, lora=False) -> dict:
     for k in resume_steps:
         checkpoint = os.path.join(full_dir, f"checkpoint-{k}")
         _, _, resumed, resumed_generated_at = _train(
-            model_dir, os.path.join(out_dir, f"resumed-{k}"), numbers, resume=checkpoint, lora=lora
+            model_dir, os.path.join(out_dir, f"resumed-{k}"), numbers, resume=checkpoint, lora=lora, **overrides
         )
         record["resumed"][k] = {
             "relative_difference": ((resumed - after).norm() / max(update, 1e-30)).item(),

@@ -1,0 +1,294 @@
+"""The reference anchor of the reward proxy (`pacs_anchor="reference"`): a fixed $\\pi_{ref}$, hard-reset periodically.
+
+The revised PACS paper (arXiv 2509.02522v2, Eq. 7) scores a completion against a fixed reference policy,
+
+    r_i = beta * sum_t (log pi_theta(o_i,t) - log pi_ref(o_i,t)),
+
+and, since r "may grow progressively larger over time due to the fixed reference policy", follows ProRL
+(arXiv 2505.24864): it periodically hard-resets pi_ref to a snapshot of the online policy and re-initialises the
+optimizer states. The authors' first code (and `pacs_anchor="rollout"`) anchors to pi_old of each generation instead,
+which makes r = 0 on the first optimizer step after every generation.
+
+`ReferenceAnchor` holds pi_ref and its schedule for a `PACSTrainer`:
+
+1. pi_ref: for full fine-tuning a frozen copy of the initial model, built and sharded the way TRL builds its KL
+   reference model (`prepare_deepspeed` under ZeRO-3); when TRL already holds that copy (`beta > 0`) and pi_ref is never
+   reset, the one copy serves both. With LoRA, a frozen second adapter `pacs_ref` beside the trained one (no second
+   copy of the base model): it starts as the initial adapter and a reset copies the trained adapter into it.
+2. Resets happen only at generation boundaries, before generations N+1, 2N+1, ... (N =
+   `pacs_reference_reset_generations`, 0 = never), so every completion of a generation is scored against one pi_ref.
+   A reset copies the policy's weights into pi_ref (under ZeRO-3 gathered as TRL's `SyncRefModelCallback` does) and,
+   with `pacs_reset_optimizer`, zeroes the optimizer's states in place (Adam's moments and step count: the next step
+   is a first step again); the learning-rate schedule goes on.
+3. pi_ref's per-token log-probabilities are computed once per generation, right after it is scored, and ride with
+   the generation batch as `pacs_ref_per_token_logps` (like TRL's `ref_per_token_logps`), so a checkpoint in the
+   middle of a generation batch carries them.
+4. Checkpoints carry the schedule (`pacs_reference.json`: generations done, resets done) and, once pi_ref differs from
+   what `__init__` rebuilds (after the first reset; always for LoRA, whose snapshot is small), pi_ref's weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+
+import torch
+from accelerate.utils import is_peft_model
+
+
+logger = logging.getLogger(__name__)
+
+REF_ADAPTER = "pacs_ref"
+STATE_FILE = "pacs_reference.json"
+WEIGHTS_FILE = "pacs_reference.safetensors"
+LOGPS_KEY = "pacs_ref_per_token_logps"
+
+
+def reset_optimizer_states(optimizer) -> int:
+    """Re-initialise an optimizer's per-parameter states in place: every tensor state zeroed, step counts to 0.
+
+    Works through accelerate's and DeepSpeed's wrappers (the innermost `.optimizer` holds the states). For Adam(W), a
+    zeroed state with step 0 is exactly a fresh state: the next step's bias correction is that of a first step.
+    Returns the number of parameters whose state was reset.
+
+    >>> p = torch.nn.Parameter(torch.ones(2)); opt = torch.optim.AdamW([p]); p.grad = torch.ones(2); opt.step()
+    >>> reset_optimizer_states(opt), float(opt.state[p]["step"]), float(opt.state[p]["exp_avg"].abs().sum())
+    (1, 0.0, 0.0)
+    """
+    inner = optimizer
+    while hasattr(inner, "optimizer") and inner.optimizer is not inner:
+        inner = inner.optimizer
+    count = 0
+    for state in inner.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                value.zero_()
+            elif key == "step" and isinstance(value, (int, float)):
+                state[key] = type(value)(0)
+        count += 1
+    return count
+
+
+@contextlib.contextmanager
+def _gathered(params: list[torch.nn.Parameter], modifier_rank: int | None = 0):
+    """Full parameters under DeepSpeed ZeRO-3 (written back from `modifier_rank`), a no-op otherwise."""
+    sharded = [p for p in params if hasattr(p, "ds_id")]
+    if sharded:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(sharded, modifier_rank=modifier_rank):
+            yield
+    else:
+        yield
+
+
+def copy_parameters(pairs: list[tuple[torch.nn.Parameter, torch.Tensor]]) -> None:
+    """`dst <- src` for each pair, one pair gathered at a time under ZeRO-3 (every process copies the same values,
+    so the one whose copy is written back holds them too; no second full model is ever gathered)."""
+    with torch.no_grad():
+        for dst, src in pairs:
+            with _gathered([dst, src] if isinstance(src, torch.nn.Parameter) else [dst]):
+                dst.data.copy_(src.data.to(dst.device, dst.dtype))
+
+
+class ReferenceAnchor:
+    """pi_ref, its reset schedule and its log-probabilities for a `PACSTrainer` (see the module docstring)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.every = trainer.args.pacs_reference_reset_generations
+        self.generations = 0  # training generations scored so far
+        self.resets = 0
+        model = trainer.model
+        self.peft = is_peft_model(model)
+        self.shared = False  # pi_ref is TRL's KL reference model
+        self.ref_model = None
+        if self.peft:
+            self._add_ref_adapter(model)
+        elif trainer.ref_model is not None and self.every == 0:
+            self.ref_model, self.shared = trainer.ref_model, True
+        else:
+            self.ref_model = self._build_ref_model()
+
+    # pi_ref ---------------------------------------------------------------------------------------------------
+    def _add_ref_adapter(self, model) -> None:
+        active = model.active_adapter
+        if REF_ADAPTER in model.peft_config:
+            raise ValueError(f"The PEFT model already has an adapter named {REF_ADAPTER!r}; rename or remove it.")
+        model.add_adapter(REF_ADAPTER, model.peft_config[active])
+        model.set_adapter(active)  # PEFT: only the active adapter trains
+        self._copy_adapter(model, active, REF_ADAPTER)
+        for name, param in model.named_parameters():
+            if f".{REF_ADAPTER}." in name:
+                param.requires_grad_(False)
+
+    @staticmethod
+    def _adapter_pairs(model, source: str, target: str) -> list[tuple[torch.nn.Parameter, torch.nn.Parameter]]:
+        params = dict(model.named_parameters())
+        pairs = []
+        for name, param in params.items():
+            if f".{source}." in name:
+                pairs.append((params[name.replace(f".{source}.", f".{target}.")], param))
+        if not pairs:
+            raise RuntimeError(f"PACS reference anchor: the PEFT model has no parameters of adapter {source!r}.")
+        return pairs
+
+    def _copy_adapter(self, model, source: str, target: str) -> None:
+        copy_parameters(self._adapter_pairs(model, source, target))
+
+    def _build_ref_model(self):
+        # As GRPOTrainer builds its KL reference model: the policy's checkpoint loaded again, frozen, in eval mode,
+        # with TRL's fused LM head, and prepared like the policy (sharded under ZeRO-3).
+        from trl.models.utils import prepare_deepspeed
+        from trl.trainer.utils import (
+            add_fused_lm_head,
+            create_model_from_path,
+            disable_dropout_in_model,
+            get_config_model_id,
+        )
+
+        trainer, args = self.trainer, self.trainer.args
+        kwargs = dict(args.model_init_kwargs or {})
+        if args.distributed_state.distributed_type in ["MULTI_GPU", "DEEPSPEED"]:
+            kwargs["device_map"] = None
+        kwargs.setdefault("trust_remote_code", args.trust_remote_code)
+        kwargs.setdefault("dtype", trainer.model.dtype)
+        kwargs.setdefault("attn_implementation", trainer.model.config._attn_implementation)
+        ref = create_model_from_path(get_config_model_id(trainer.model.config), **kwargs)
+        ref.requires_grad_(False)
+        if args.disable_dropout:
+            disable_dropout_in_model(ref)
+        add_fused_lm_head(ref, temperature=trainer.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
+        if trainer.is_deepspeed_enabled:
+            return prepare_deepspeed(ref, trainer.accelerator)
+        return trainer.accelerator.prepare_model(ref, evaluation_mode=True)
+
+    def _ref_params(self) -> list[torch.nn.Parameter]:
+        return list(self.trainer.accelerator.unwrap_model(self.ref_model).parameters())
+
+    # the schedule ---------------------------------------------------------------------------------------------
+    def before_generation(self) -> None:
+        """Called before each training generation: resets pi_ref when the schedule says so."""
+        if self.every > 0 and self.generations > 0 and self.generations % self.every == 0:
+            self.reset()
+
+    def reset(self) -> None:
+        """pi_ref <- pi_theta (a hard copy), and the optimizer's states re-initialised when configured."""
+        trainer = self.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if self.peft:
+            self._copy_adapter(model, model.active_adapter, REF_ADAPTER)
+        else:
+            copy_parameters(list(zip(self._ref_params(), model.parameters(), strict=True)))
+        if trainer.args.pacs_reset_optimizer and trainer.optimizer is not None:
+            reset_optimizer_states(trainer.optimizer)
+        self.resets += 1
+        if trainer.accelerator.is_main_process:
+            logger.info(
+                "PACS: reference policy reset to the current policy before generation %d (reset %d)%s.",
+                self.generations + 1, self.resets, ", optimizer states re-initialised" if trainer.args.pacs_reset_optimizer else "",
+            )  # fmt: skip
+
+    def after_generation(self, output: dict) -> dict:
+        """Adds pi_ref's per-token log-probabilities of the generation batch (`LOGPS_KEY`) to `output`."""
+        trainer = self.trainer
+        self.generations += 1
+        if self.shared and output.get("ref_per_token_logps") is not None:
+            output[LOGPS_KEY] = output["ref_per_token_logps"]
+            return output
+        batch_size = trainer.args.per_device_train_batch_size
+        from trl.models.utils import disable_gradient_checkpointing
+
+        no_checkpointing = disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs)
+        with torch.no_grad(), no_checkpointing:
+            if self.peft:
+                from trl.trainer.utils import use_adapter
+
+                with use_adapter(trainer.accelerator.unwrap_model(trainer.model), REF_ADAPTER):
+                    logps, _, _ = trainer._per_token_logps(trainer.model, output, batch_size=batch_size)
+            else:
+                logps, _, _ = trainer._per_token_logps(self.ref_model, output, batch_size=batch_size)
+        output[LOGPS_KEY] = logps.detach()
+        return output
+
+    # checkpoints ----------------------------------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"generations": self.generations, "resets": self.resets, "every": self.every}
+
+    def save(self, folder: str) -> None:
+        """The schedule and, where `__init__` cannot rebuild it, pi_ref's weights (collective under ZeRO-3)."""
+        trainer = self.trainer
+        weights = self._ref_state_dict() if (self.peft or self.resets > 0) else None
+        if trainer.args.should_save:
+            os.makedirs(folder, exist_ok=True)
+            if weights is not None:
+                from safetensors.torch import save_file
+
+                save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(folder, WEIGHTS_FILE))
+            with open(os.path.join(folder, STATE_FILE), "w") as f:
+                json.dump(self.state(), f)
+
+    def _ref_state_dict(self) -> dict[str, torch.Tensor]:
+        trainer = self.trainer
+        if self.peft:
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            named = [(n, p) for n, p in model.named_parameters() if f".{REF_ADAPTER}." in n]
+        else:
+            named = list(trainer.accelerator.unwrap_model(self.ref_model).named_parameters())
+        weights = {}
+        for name, param in named:
+            with _gathered([param], modifier_rank=None):
+                weights[name] = param.detach().cpu().clone()
+        return weights
+
+    def load(self, folder: str) -> None:
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{folder} has no {STATE_FILE}: it was not saved with pacs_anchor='reference'. Resume it with the "
+                "pacs_anchor it was trained with, or start a new run."
+            )
+        with open(path) as f:
+            state = json.load(f)
+        self.generations, self.resets = state["generations"], state["resets"]
+        weights_path = os.path.join(folder, WEIGHTS_FILE)
+        if not os.path.exists(weights_path):
+            return
+        from safetensors.torch import load_file
+
+        weights = load_file(weights_path)
+        trainer = self.trainer
+        if self.peft:
+            named = dict(trainer.accelerator.unwrap_model(trainer.model).named_parameters())
+        else:
+            named = dict(trainer.accelerator.unwrap_model(self.ref_model).named_parameters())
+        missing = sorted(set(weights) - set(named))
+        if missing:
+            raise ValueError(
+                f"{weights_path} does not fit this model (e.g. {missing[:3]}); resume with the same model."
+            )
+        copy_parameters([(named[key], value) for key, value in weights.items()])
+
+
+class ReferenceAnchorHooks:
+    """`PACSTrainer`'s generation hook for `pacs_anchor="reference"`: the reset schedule runs before each training
+    generation, and pi_ref's log-probabilities join the generation batch right after it is scored (before the split
+    path's row exchange, which then carries them like every other per-row tensor). Inert with `"rollout"`."""
+
+    _pacs_reference: ReferenceAnchor | None = None
+
+    def _init_reference_anchor(self) -> None:
+        if self.args.pacs_anchor == "reference":
+            self._pacs_reference = ReferenceAnchor(self)
+
+    def _generate_and_score_completions(self, inputs):
+        anchor = self._pacs_reference
+        if anchor is None or not self.model.training:  # evaluation keeps psi == 0 (see PACSTrainer._compute_loss)
+            return super()._generate_and_score_completions(inputs)
+        anchor.before_generation()
+        return anchor.after_generation(super()._generate_and_score_completions(inputs))
+
+
+__all__ = ["LOGPS_KEY", "ReferenceAnchor", "ReferenceAnchorHooks", "reset_optimizer_states"]
