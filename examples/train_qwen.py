@@ -56,6 +56,7 @@ from pacs import PACSConfig, PACSTrainer
 from pacs.checkpoints import resolve_resume_checkpoint
 from pacs.checks import check_model_path, check_train_dataset
 from pacs.data import PROMPT_SUFFIX, load_benchmark, load_train_dataset
+from pacs.plan import check_training_plan
 from pacs.rewards import get_reward_funcs
 
 
@@ -99,6 +100,13 @@ class ScriptArguments:
         expected_world_size (`int`, *optional*):
             Number of processes the recipe's batch arithmetic assumes. When the run has a different number, the script
             warns and says how to rescale `gradient_accumulation_steps` and `steps_per_generation`.
+        expected_gpu_memory_gb (`float`, *optional*):
+            Memory of one GPU the recipe assumes, in GiB as the GPU reports it (an "80 GB" H100 reports about 79.2).
+            `pacs plan --config <recipe>` checks the recipe against it; a run on GPUs with less memory logs a warning.
+        check_plan (`bool`, *optional*, defaults to `True`):
+            Run `pacs plan`'s checks (`pacs.plan.check_training_plan`) at start, before any model loads, and stop on
+            a failure (a vLLM engine that cannot start, bf16 weights that cannot learn, a vLLM share below the
+            weights, memory over the GPU's). `false` only logs them, for when an estimate is wrong for your hardware.
     """
 
     algorithm: str = field(
@@ -145,6 +153,14 @@ class ScriptArguments:
         metadata={
             "help": "Number of processes the recipe's batch arithmetic assumes; the script warns on a mismatch."
         },
+    )
+    expected_gpu_memory_gb: float | None = field(
+        default=None,
+        metadata={"help": "Memory of one GPU the recipe assumes (GiB); `pacs plan` checks the recipe against it."},
+    )
+    check_plan: bool = field(
+        default=True,
+        metadata={"help": "Stop at start on a failure of `pacs plan`'s checks; `false` only logs them."},
     )
 
 
@@ -215,6 +231,13 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
     if model_args.model_name_or_path is None:
         raise ValueError("No model given: pass --model_name_or_path <hub id or local directory>.")
     check_model_path(model_args.model_name_or_path)
+    # before any model loads: what `pacs plan` checks (vLLM's limits, precision, memory), on this run's own hardware
+    try:
+        check_training_plan(script_args, training_args, model_args)
+    except ValueError:
+        if script_args.check_plan:
+            raise
+        logger.exception("check_plan is false: training despite the plan's failures")
 
     # 1. The model is loaded by the trainer from its id or path, so that ZeRO-3 can shard it while it loads.
     model_init_kwargs = {
