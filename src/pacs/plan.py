@@ -385,8 +385,10 @@ def make_plan(
     TP = args.vllm_tensor_parallel_size if use_vllm and mode == "colocate" else 1
     prompt_tokens = _get(script_args, "max_prompt_tokens")
     max_model_len = args.vllm_max_model_length
+    prompt_source = "max_prompt_tokens"
     if prompt_tokens is None:
         prompt_tokens = (max_model_len - C) if max_model_len else 512
+        prompt_source = "vllm_max_model_length - max_completion_length" if max_model_len else "assumed"
     seq_tokens = prompt_tokens + C
     use_peft = bool(_get(model_args, "use_peft", False))
     dtype = str(_get(model_args, "dtype", None) or "float32")
@@ -439,7 +441,10 @@ def make_plan(
         ),
         ("completions per optimizer step", f"{B} x {W} x {GA} = {B * W * GA}"),
         ("optimizer steps per generation", f"{SPG} x {iterations} / {GA} = {steps_per_generation:g}"),
-        ("sequence length", f"{prompt_tokens} prompt + {C} completion = {seq_tokens} tokens at most"),
+        (
+            "sequence length",
+            f"{prompt_tokens} prompt ({prompt_source}) + {C} completion = {seq_tokens} tokens at most",
+        ),
     ]
     if args.max_steps and args.max_steps > 0:
         rows.append(
@@ -511,7 +516,15 @@ def _training_memory(plan: Plan, args, model_args, launch: Launch, shape: ModelS
         states, master = 0.0, master + ", offloaded to CPU"
     if launch.offload_params and stage == 3:
         weights = 0.0
-    persistent = weights + grads + states + CUDA_OVERHEAD_GIB * GiB
+    # a frozen copy of the model: TRL's KL reference (beta > 0) or PACS's pi_ref (pacs_anchor reference); with LoRA
+    # both are the base model without (or with a second, frozen) adapter, so no copy
+    reference = 0.0
+    if not use_peft and (args.beta != 0.0 or _get(args, "pacs_anchor") == "reference"):
+        if launch.deepspeed:  # prepare_deepspeed: bf16, sharded under ZeRO-3, replicated otherwise
+            reference = 2 * P / (W if stage == 3 else 1)
+        else:
+            reference = DTYPE_BYTES.get(dtype, 4) * P
+    persistent = weights + grads + states + reference + CUDA_OVERHEAD_GIB * GiB
 
     # activations of one micro-batch of B sequences of seq_tokens tokens
     B = args.per_device_train_batch_size
@@ -537,6 +550,11 @@ def _training_memory(plan: Plan, args, model_args, launch: Launch, shape: ModelS
         ("weights", f"{_gib(weights)}" + (" (sharded)" if stage == 3 else "")),
         ("gradients", f"{_gib(grads)} ({trainable / 1e6:.0f}M trainable parameters)"),
         ("optimizer states", f"{_gib(states)} ({master})"),
+        *(
+            [("reference model", f"{_gib(reference)} (frozen copy: beta > 0 or pacs_anchor reference)")]
+            if reference
+            else []
+        ),
         ("CUDA context, NCCL, slack", f"{CUDA_OVERHEAD_GIB:.1f} GiB (assumed)"),
         (
             "activations",
@@ -781,6 +799,8 @@ def _checkpoints(plan, args, model_args, launch, shape):
     else:
         weights = (4 * trainable) if use_peft else DTYPE_BYTES.get(dtype, 4) * P
         states = 2 * (4 if use_peft else DTYPE_BYTES.get(dtype, 4)) * trainable
+    if not use_peft and _get(args, "pacs_anchor") == "reference" and _get(args, "pacs_reference_reset_generations"):
+        weights += 2 * P  # pi_ref's weights, once it has been reset
     size = weights + (0 if args.save_only_model else states)
     saves = (
         args.max_steps // args.save_steps if args.max_steps and args.max_steps > 0 and args.save_steps >= 1 else None
@@ -845,7 +865,7 @@ def _evaluation(plan, script_args, args, launch, shape, trainer, seq_tokens, C, 
             f"{problems} {benchmark} problems x {k} = {completions} completions, per_device_eval_batch_size {per_call}",
         ),
         (
-            "vLLM calls",
+            "vLLM calls" if args.use_vllm else "generate calls",
             f"{calls} sequential per process, each up to {C} decoding steps"
             + (", each with a full weight push (sleep mode)" if pushes else ""),
         ),
