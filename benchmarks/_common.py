@@ -179,31 +179,27 @@ def per_step(log_history: list[dict], key: str) -> list[list[float]]:
 
 
 class RunCache:
-    """One JSON file per finished run under `directory`, valid while `key` (every setting that changes a run) holds.
-
-    An interrupted or extended invocation then redoes nothing, and a run added later (a new config, a new seed)
-    leaves the others alone.
+    """One JSON file per finished run under `directory`, valid while its `key` (every setting that changes the run)
+    is the same. An interrupted or extended invocation then redoes nothing, and a run added later (a new config, a
+    new seed) leaves the others alone.
     """
 
-    def __init__(self, directory, key: dict):
-        self.directory, self.key = Path(directory), key
+    def __init__(self, directory):
+        self.directory = Path(directory)
 
-    def path(self, tag: str) -> Path:
-        return self.directory / f"{tag}.json"
-
-    def get(self, tag: str) -> dict | None:
-        path = self.path(tag)
+    def get(self, tag: str, key: dict) -> dict | None:
+        path = self.directory / f"{tag}.json"
         if path.exists():
             saved = json.loads(path.read_text())
-            if saved["key"] == json.loads(json.dumps(self.key)):
+            if saved["key"] == json.loads(json.dumps(key)):
                 return saved["run"]
         return None
 
-    def put(self, tag: str, run: dict) -> dict:
+    def put(self, tag: str, key: dict, run: dict) -> dict:
         """Store `run`; returns it as a later invocation will read it (JSON round trip: tuples become lists)."""
-        path = self.path(tag)
+        path = self.directory / f"{tag}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": self.key, "run": run}))
+        path.write_text(json.dumps({"key": key, "run": run}))
         return json.loads(path.read_text())["run"]
 
 
@@ -221,7 +217,7 @@ def run_all(fn, specs: list, jobs: int, on_result) -> None:
             on_result(result)
 
 
-# Legacy (until learning.py, reuse.py and smollm_compare.py move to report.py and log_history) -----------
+# Legacy (until smollm_compare.py moves to report.py and log_history) -------------------------------------
 
 
 def machine_markdown(info: dict) -> str:

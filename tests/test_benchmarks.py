@@ -5,11 +5,14 @@
 The real runs (minutes to tens of minutes) are not part of CI; see benchmarks/README.md.
 """
 
+import ast
 import importlib.util
 import json
 import math
 import sys
 from pathlib import Path
+
+import pytest
 
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -37,32 +40,42 @@ def test_step_cost_smoke(tmp_path):
 
 def test_learning_smoke(tmp_path):
     learning = _load("learning")
-    raw = learning.main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    argv = ["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")]
+    raw = learning.main(argv)
     assert {r["config"] for r in raw["runs"]} == set(learning.CONFIGS)
     for r in raw["runs"]:
         steps = [c[0] for c in r["curve"]]
         assert steps[0] == 0 and steps[-1] == 2  # evaluated before training and at the last step
         assert all(0.0 <= c[1] <= 1.0 and 0.0 <= c[2] <= 1.0 for c in r["curve"])  # validation, test
         assert 0.0 <= r["clip_fraction"] <= 1.0
+        assert [e["step"] for e in r["train_log"] if "entropy" in e] == [1, 2]  # TRL's token entropy, every step
         assert (r["critic"] is not None) == r["config"].startswith("PACS")  # PACS: the off-policy step's critic
+        if r["critic"]:
+            assert r["critic"]["off_policy_steps"] == 1  # 2 steps per generation: step 2 is off-policy
     assert (tmp_path / "learning_smoke.json").exists()
+    # one JSON per run: a second invocation with one config reruns nothing and reports that config alone
+    cached = {p: p.stat().st_mtime_ns for p in (tmp_path / "work" / "learning_runs").glob("*.json")}
+    assert len(cached) == len(learning.CONFIGS)
+    again = learning.main([*argv, "--configs", "GRPO"])
+    assert again["runs"] == [r for r in json.loads(json.dumps(raw["runs"])) if r["config"] == "GRPO"]
+    assert {p: p.stat().st_mtime_ns for p in cached} == cached
 
 
 def test_learning_task_pieces():
-    learning = _load("learning")
-    test, val, dev, sft, rl = learning.make_problems()
+    tasks = _load("_tasks")
+    test, val, dev, sft, rl = tasks.make_problems()
     assert (len(test), len(val), len(dev)) == (500, 200, 200)
     prompts = [{p for p, _ in split} for split in (test, val, dev, sft, rl)]
     assert sum(map(len, prompts)) == len(set().union(*prompts))  # disjoint: held-out prompts never trained on
-    assert learning.scratchpad(347, 586) == "7+6+0=13,4+8+1=13,3+5+1=09>0933"
+    assert tasks.scratchpad(347, 586) == "7+6+0=13,4+8+1=13,3+5+1=09>0933"
     for prompt, worked in test[:50]:
         a, b = map(int, prompt[:-1].split("+"))
-        assert int(learning.final_answer(worked)) == a + b
-    tok = learning.build_char_tokenizer()
+        assert int(tasks.final_answer(worked)) == a + b
+    tok = tasks.build_char_tokenizer()
     text = test[0][0] + test[0][1] + tok.eos_token
     ids = tok(text).input_ids
-    assert len(ids) == 8 + learning.COMPLETION_TOKENS and tok.decode(ids, skip_special_tokens=True) == text[:-10]
-    assert learning.answer_reward(["1+2+0=03>0933", "0933", ">933"], ["0933"] * 3) == [1.0, 0.0, 0.0]
+    assert len(ids) == 8 + tasks.COMPLETION_TOKENS and tok.decode(ids, skip_special_tokens=True) == text[:-10]
+    assert tasks.answer_reward(["1+2+0=03>0933", "0933", ">933"], ["0933"] * 3) == [1.0, 0.0, 0.0]
 
 
 def test_critic_summary_and_clip_fraction():
@@ -96,6 +109,17 @@ def test_report_goal_and_interval():
     )
     assert report.interval([0.5, 0.7]) == "0.600 [-0.671, 1.871]"  # t = 12.706 for 2 values
     assert report.interval([0.25]) == "0.250" and report.interval([]) == "n/a"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in BENCHMARKS.glob("*.py")))
+def test_benchmark_at_most_400_lines_and_overrides_no_private_method(name):
+    text = (BENCHMARKS / name).read_text()
+    assert len(text.splitlines()) <= 400, f"{name}: {len(text.splitlines())} lines; move code out (see _tasks.py)"
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef) and node.bases:  # a subclass, e.g. of a trainer: public hooks only
+            private = [f.name for f in node.body if isinstance(f, ast.FunctionDef) and f.name.startswith("_")
+                       and not f.name.startswith("__")]  # fmt: skip
+            assert not private, f"{name}: {node.name} overrides {private}"
 
 
 def test_smollm_compare_smoke(tmp_path):
@@ -138,7 +162,7 @@ def test_reuse_smoke(tmp_path):
         # equal generated completions (16 = 2 steps of 2 prompts x 4): mu passes take mu x the optimizer steps,
         # evaluated at the same completion counts (0, 8, 16) for every cell
         assert [c[0] for c in r["curve"]] == [0, mu, 2 * mu]
-        assert [n for n, _, _ in reuse.completions_curve(r, 8)] == [0, 8, 16]
+        assert [n for n, _, _ in reuse.reuse_report.completions_curve(r, 8)] == [0, 8, 16]
         assert 0.0 <= r["clip_fraction"] <= 1.0
         off_policy = r["steps_per_generation"] * mu > 1
         assert (r["critic"] is not None) == (r["config"].startswith("PACS") and off_policy)

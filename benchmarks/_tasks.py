@@ -1,0 +1,183 @@
+"""The task `learning.py` and `reuse.py` train on: three-digit addition answered with a worked scratchpad, a
+character-level tokenizer, a tiny Qwen3, greedy held-out accuracy, the answer reward and the SFT warm start.
+
+"347+586=" -> "7+6+0=13,4+8+1=13,3+5+1=09>0933" (31 characters + eos, one token per character); the reward checks
+only the four digits after ">" (like a math verifier). Not run on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import _common  # noqa: F401  (sets the offline environment before transformers is imported)
+import torch
+
+
+COMPLETION_TOKENS = 32  # 3 columns x "a+b+c=dd" + 2 commas + ">" + 4 answer digits + eos
+
+
+def scratchpad(a: int, b: int) -> str:
+    """The worked answer to `a+b` for three-digit a, b: columns right to left with carries, then ">" and the sum.
+
+    >>> scratchpad(347, 586)
+    '7+6+0=13,4+8+1=13,3+5+1=09>0933'
+    """
+    carry, columns = 0, []
+    for i in range(3):
+        x, y = (a // 10**i) % 10, (b // 10**i) % 10
+        s = x + y + carry
+        columns.append(f"{x}+{y}+{carry}={s:02d}")
+        carry = s // 10
+    return ",".join(columns) + f">{a + b:04d}"
+
+
+def make_problems(seed: int = 1234):
+    """Disjoint (test, val, dev, sft, rl) lists of (prompt, worked answer) for three-digit addition."""
+    rng = random.Random(seed)
+    pairs = rng.sample(range(1000 * 1000), 500 + 200 + 200 + 3000 + 10000)
+    problems = [(f"{p // 1000:03d}+{p % 1000:03d}=", scratchpad(p // 1000, p % 1000)) for p in pairs]
+    return problems[:500], problems[500:700], problems[700:900], problems[900:3900], problems[3900:]
+
+
+def final_answer(text: str) -> str | None:
+    """The four digits after the last ">" of a completion, or None."""
+    if ">" not in text:
+        return None
+    answer = text.rsplit(">", 1)[1].strip()
+    return answer if len(answer) == 4 and answer.isdigit() else None
+
+
+def build_char_tokenizer():
+    """Character-level tokenizer over `0-9 + = , >` with eos `<|im_end|>` and pad `<|endoftext|>` (left padding)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<|endoftext|>", "<|im_end|>", *"0123456789+=,>"])}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per character
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left"
+    )
+
+
+def build_model(tokenizer, hidden_size: int, num_layers: int, seed: int):
+    from pacs.testing import build_qwen3
+
+    return build_qwen3(
+        tokenizer, hidden_size, num_layers, seed, intermediate_size=4 * hidden_size, max_position_embeddings=64
+    )
+
+
+@torch.no_grad()
+def greedy_accuracy(model, tokenizer, problems, batch_size: int = 500) -> float:
+    """Accuracy of the final answer under greedy decoding (up to COMPLETION_TOKENS new tokens) on `problems`."""
+    was_training = model.training
+    model.eval()
+    correct = 0
+    for i in range(0, len(problems), batch_size):
+        chunk = problems[i : i + batch_size]
+        enc = tokenizer([p for p, _ in chunk], return_tensors="pt", padding=True)
+        out = model.generate(
+            **enc,
+            do_sample=False,
+            max_new_tokens=COMPLETION_TOKENS,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )  # (b, P + COMPLETION_TOKENS)
+        texts = tokenizer.batch_decode(out[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
+        correct += sum(final_answer(t) == final_answer(a) for t, (_, a) in zip(texts, chunk))
+    model.train(was_training)
+    return correct / len(problems)
+
+
+def answer_reward(completions, answer, **kwargs) -> list[float]:
+    """1.0 if the completion's final answer (after ">") is the right sum, else 0.0 (TRL reward signature).
+
+    >>> answer_reward(["7+6+0=13,4+8+1=13,3+5+1=09>0933", "junk>0933", "0933"], ["0933"] * 3)
+    [1.0, 1.0, 0.0]
+    """
+    return [float(final_answer(c) == a) for c, a in zip(completions, answer)]
+
+
+def sft_warm_start(args, tokenizer, sft, dev, test) -> dict:
+    """Train from scratch on `sft` until dev accuracy >= args.sft_target; save to args.work_dir/sft; return stats."""
+    path = Path(args.work_dir) / "sft"
+    meta_path = path / "sft_meta.json"
+    key = {k: getattr(args, k) for k in ("hidden_size", "num_layers", "sft_lr", "sft_target", "sft_max_steps")}
+    key["task"] = "scratchpad-3digit"
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta["key"] == key:
+            print(f"[sft] reusing {path} (dev acc {meta['dev_acc']:.3f}, test acc {meta['test_acc']:.3f})")
+            return meta
+    model = build_model(tokenizer, args.hidden_size, args.num_layers, seed=0)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=args.sft_lr, weight_decay=0.0)
+    texts = [p + a + tokenizer.eos_token for p, a in sft]
+    enc = tokenizer(texts, return_tensors="pt", padding=True)
+    ids, attn = enc.input_ids, enc.attention_mask  # (N, 40): all sequences have the same length
+    labels = ids.clone()
+    labels[:, :8] = -100  # supervise only the scratchpad, the answer and eos
+    gen = torch.Generator().manual_seed(0)
+    t0, step, dev_acc = time.perf_counter(), 0, 0.0
+    while step < args.sft_max_steps:
+        idx = torch.randint(0, len(texts), (args.sft_batch_size,), generator=gen)
+        loss = model(input_ids=ids[idx], attention_mask=attn[idx], labels=labels[idx]).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        if step % 25 == 0:
+            dev_acc = greedy_accuracy(model, tokenizer, dev)
+            print(f"[sft] step {step} loss {loss.item():.3f} dev acc {dev_acc:.3f} ({time.perf_counter() - t0:.0f}s)")
+            if dev_acc >= args.sft_target:
+                break
+    test_acc = greedy_accuracy(model, tokenizer, test)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    meta = {
+        "key": key,
+        "steps": step,
+        "dev_acc": dev_acc,
+        "test_acc": test_acc,
+        "seconds": time.perf_counter() - t0,
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+    }
+    meta_path.write_text(json.dumps(meta, indent=1))
+    print(f"[sft] saved {path}: {step} steps, dev acc {dev_acc:.3f}, test acc {test_acc:.3f}")
+    return meta
+
+
+def add_task_args(p: argparse.ArgumentParser) -> None:
+    """The model, SFT warm start and RL batch settings that learning.py and reuse.py share."""
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--hidden-size", dest="hidden_size", type=int, default=128)
+    p.add_argument("--num-layers", dest="num_layers", type=int, default=2)
+    p.add_argument("--sft-lr", dest="sft_lr", type=float, default=2e-3)
+    p.add_argument("--sft-target", dest="sft_target", type=float, default=0.3, help="stop SFT at this dev accuracy")
+    p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=2000)
+    p.add_argument("--sft-batch-size", dest="sft_batch_size", type=int, default=128)
+    p.add_argument("--num-generations", dest="num_generations", type=int, default=8)
+    p.add_argument("--prompts-per-step", dest="prompts_per_step", type=int, default=8)
+
+
+_TASK: dict = {}
+
+
+def task(args) -> dict:
+    """Tokenizer, problem splits and the RL training set, built once per process (workers of a pool each build it)."""
+    if not _TASK:
+        from datasets import Dataset
+
+        torch.set_num_threads(args.threads)
+        test, val, dev, sft, rl = make_problems()
+        _TASK.update(
+            tokenizer=build_char_tokenizer(), test=test, val=val, dev=dev, sft=sft,
+            train=Dataset.from_dict({"prompt": [p for p, _ in rl], "answer": [final_answer(a) for _, a in rl]}),
+        )  # fmt: skip
+    return _TASK
