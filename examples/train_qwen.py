@@ -55,7 +55,7 @@ from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 from pacs import PACSConfig, PACSTrainer
 from pacs.checkpoints import resolve_resume_checkpoint
 from pacs.checks import check_model_path, check_train_dataset
-from pacs.data import PROMPT_SUFFIX, load_benchmark, load_train_dataset
+from pacs.data import PROMPT_SUFFIX, SYSTEM_PROMPT, load_benchmark, load_train_dataset
 from pacs.plan import check_training_plan
 from pacs.rewards import get_reward_funcs
 
@@ -86,6 +86,13 @@ class ScriptArguments:
         prompt_suffix (`str`, *optional*, defaults to the paper's instruction `pacs.data.PROMPT_SUFFIX`):
             Appended to every plain-text problem; `""` appends nothing, any other string replaces it. Conversational
             problems are never changed.
+        system_prompt (`str`, *optional*, defaults to the paper's `"You are a helpful assistant."`):
+            System turn put before every plain-text problem (training set and `eval_benchmark`); `""` sends the user
+            turn alone, for models whose chat template has no system role. Conversational problems are never changed.
+        max_prompt_tokens (`int`, *optional*):
+            Drop the training prompts longer than this many tokens, counted as the trainer will feed them (the
+            tokenizer's chat template with the generation prompt), before training; a log line gives the count. The
+            paper filters prompts over 1,024 tokens; TRL 1.16 has no prompt-length limit of its own. Unset keeps all.
         answer_column (`str`, *optional*, defaults to `"answer"`):
             Column holding the gold final answer, for local files.
         reward_funcs (`list[str]`, *optional*, defaults to `["math"]`):
@@ -133,6 +140,19 @@ class ScriptArguments:
     prompt_suffix: str = field(
         default=PROMPT_SUFFIX,
         metadata={"help": "Appended to every plain-text problem (the paper's instruction); `''` for none."},
+    )
+    system_prompt: str = field(
+        default=SYSTEM_PROMPT,
+        metadata={
+            "help": "System turn before every plain-text problem (the paper's); `''` sends the user turn alone."
+        },
+    )
+    max_prompt_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Drop training prompts longer than this many tokens (chat template applied), logging the count; "
+            "the paper's 1024."
+        },
     )
     answer_column: str = field(
         default="answer", metadata={"help": "Column holding the gold final answer, for local files."}
@@ -215,6 +235,7 @@ def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
         answer_column=script_args.answer_column,
         limit=script_args.dataset_limit or None,
         prompt_suffix=script_args.prompt_suffix,
+        system_prompt=script_args.system_prompt or None,
     )
     eval_dataset = None
     if training_args.eval_strategy != "no":
@@ -223,8 +244,41 @@ def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
                 f"eval_strategy is {training_args.eval_strategy!r} but there is nothing to evaluate on: pass "
                 "--eval_benchmark math500 (or aime24, aime25, amc23), or --eval_strategy no."
             )
-        eval_dataset = load_benchmark(script_args.eval_benchmark, limit=script_args.eval_limit)
+        eval_dataset = load_benchmark(
+            script_args.eval_benchmark, limit=script_args.eval_limit, system_prompt=script_args.system_prompt or None
+        )
     return train_dataset, eval_dataset
+
+
+def drop_long_prompts(dataset, tokenizer, max_prompt_tokens: int, chat_template_kwargs: dict | None = None):
+    """`dataset` without the rows whose prompt is longer than `max_prompt_tokens` tokens, counted as GRPOTrainer
+    tokenizes it (conversations: the chat template with the generation prompt, as in its `_tokenize_prompts`)."""
+    if max_prompt_tokens < 1:
+        raise ValueError(
+            f"max_prompt_tokens must be at least 1 (or unset to keep every prompt), got {max_prompt_tokens}."
+        )
+    lengths = []
+    for start in range(0, len(dataset), 1024):
+        prompts = dataset[start : start + 1024]["prompt"]
+        if isinstance(prompts[0], str):
+            ids = tokenizer(text=prompts)["input_ids"]
+        else:
+            ids = tokenizer.apply_chat_template(
+                conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
+                **(chat_template_kwargs or {}),
+            )["input_ids"]  # fmt: skip
+        lengths += [len(x) for x in ids]
+    keep = [i for i, n in enumerate(lengths) if n <= max_prompt_tokens]
+    logger.info(
+        "max_prompt_tokens=%d: dropped %d of %d training prompts (longest: %d tokens, chat template applied)",
+        max_prompt_tokens, len(dataset) - len(keep), len(dataset), max(lengths, default=0),
+    )  # fmt: skip
+    if not keep:
+        raise ValueError(
+            f"Every training prompt is longer than max_prompt_tokens={max_prompt_tokens} tokens (the shortest has "
+            f"{min(lengths, default=0)}); raise --max_prompt_tokens or leave it unset."
+        )
+    return dataset if len(keep) == len(dataset) else dataset.select(keep)
 
 
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
@@ -256,6 +310,17 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
     for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
         check_train_dataset(
             dataset, reward_funcs, name=name, remove_unused_columns=training_args.remove_unused_columns
+        )
+    if script_args.max_prompt_tokens is not None:  # the paper filters overlong prompts before training
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            trust_remote_code=training_args.trust_remote_code,
+        )
+        train_dataset = drop_long_prompts(
+            train_dataset, tokenizer, script_args.max_prompt_tokens, training_args.chat_template_kwargs
         )
 
     # 3. The trainer: PACS, or the GRPO baseline on identical arguments.

@@ -236,9 +236,74 @@ def test_script_loads_users_files_as_they_expect(train_qwen, tmp_path, caplog):
         train_qwen, TINY_RECIPE, *overrides, "--prompt_suffix", "", "--dataset_limit", "0"
     )
     train, _ = train_qwen.load_datasets(script_args, args)
-    assert train[0]["prompt"] == [{"role": "user", "content": "What is 1 + 1?"}]
+    system = {"role": "system", "content": "You are a helpful assistant."}  # the paper's system turn, by default
+    assert train[0]["prompt"] == [system, {"role": "user", "content": "What is 1 + 1?"}]
     script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, *overrides)
-    assert train_qwen.load_datasets(script_args, args)[0][0]["prompt"][0]["content"].endswith("\\boxed{}.")
+    assert train_qwen.load_datasets(script_args, args)[0][0]["prompt"][-1]["content"].endswith("\\boxed{}.")
+    # --system_prompt "" sends the user turn alone, in training and in the evaluation during training
+    script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, *overrides, "--system_prompt", "")
+    train, evaluation = train_qwen.load_datasets(script_args, args)
+    assert [t["role"] for t in train[0]["prompt"]] == [t["role"] for t in evaluation[0]["prompt"]] == ["user"]
+
+
+def test_max_prompt_tokens_drops_long_prompts_counted_with_the_chat_template(train_qwen, caplog):
+    from datasets import Dataset
+
+    from pacs.data import make_prompt
+    from pacs.testing import build_tiny_tokenizer
+
+    tokenizer = build_tiny_tokenizer()
+    problems = [f"What is {i} + {i}?" + " Think about it." * (3 * i) for i in range(8)]  # growing lengths
+    dataset = Dataset.from_list([{"prompt": make_prompt(p), "solution": str(2 * i)} for i, p in enumerate(problems)])
+    rendered = [
+        tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, return_dict=True) for row in dataset
+    ]
+    lengths = [len(r["input_ids"]) for r in rendered]
+    content_only = [len(tokenizer(row["prompt"][-1]["content"])["input_ids"]) for row in dataset]
+    assert lengths == sorted(lengths) and all(a > b for a, b in zip(lengths, content_only))
+    limit = (lengths[4] + lengths[5]) // 2  # rows 0-4 fit, 5-7 do not
+    with caplog.at_level(logging.INFO, logger="train_qwen"):
+        kept = train_qwen.drop_long_prompts(dataset, tokenizer, limit)
+    assert kept["solution"] == ["0", "2", "4", "6", "8"]
+    assert f"max_prompt_tokens={limit}: dropped 3 of 8 training prompts" in caplog.text
+    # the boundary is inclusive: a prompt of exactly max_prompt_tokens stays; one token less and it goes, although
+    # its text alone would fit: the chat template's tokens (system turn, role markers) count too
+    assert len(train_qwen.drop_long_prompts(dataset, tokenizer, lengths[4])) == 5
+    assert content_only[4] <= lengths[4] - 1
+    assert len(train_qwen.drop_long_prompts(dataset, tokenizer, lengths[4] - 1)) == 4
+    assert len(train_qwen.drop_long_prompts(dataset, tokenizer, lengths[-1])) == 8
+    # plain-text prompts are counted as the trainer tokenizes them, without a template
+    plain = Dataset.from_list([{"prompt": p, "solution": "0"} for p in problems])
+    assert len(train_qwen.drop_long_prompts(plain, tokenizer, content_only[2])) == 3
+    with pytest.raises(ValueError, match="Every training prompt is longer than max_prompt_tokens=1"):
+        train_qwen.drop_long_prompts(dataset, tokenizer, 1)
+    with pytest.raises(ValueError, match="at least 1"):
+        train_qwen.drop_long_prompts(dataset, tokenizer, 0)
+
+
+def test_max_prompt_tokens_is_applied_before_training(train_qwen, tiny_model_dir, tmp_path, monkeypatch, caplog):
+    # main() loads the model's tokenizer and filters the training set before the trainer exists
+    seen = {}
+
+    class StopBeforeTraining(Exception):
+        pass
+
+    def fake_trainer(**kwargs):
+        seen.update(kwargs)
+        raise StopBeforeTraining
+
+    monkeypatch.setattr(train_qwen, "PACSTrainer", fake_trainer)
+    monkeypatch.setattr(train_qwen, "check_training_plan", lambda *args, **kwargs: None, raising=False)
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"problem": "1 + 1?" + " Very long." * (200 if i % 2 else 0), "answer": "2"} for i in range(6)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    script_args, args, model_args = parse_recipe(
+        train_qwen, TINY_RECIPE, "--dataset_name", str(path), "--max_prompt_tokens", "200", "--eval_strategy", "no"
+    )
+    model_args.model_name_or_path = tiny_model_dir
+    with caplog.at_level(logging.INFO, logger="train_qwen"), pytest.raises(StopBeforeTraining):
+        train_qwen.main(script_args, args, model_args)
+    assert len(seen["train_dataset"]) == 3 and "dropped 3 of 6 training prompts" in caplog.text
 
 
 @pytest.mark.parametrize("name", ["ddp", "zero2", "zero3", "zero3_multinode", "zero3_hostfile"])
