@@ -53,7 +53,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 
 CONFIGS = {
-    # name: (trainer family, config keyword arguments on top of the shared settings of `make_trainer`)
+    # name: (trainer family, config keyword arguments; they override the shared settings of `make_trainer`)
     "PACS b=1 balanced": ("pacs", {"pacs_beta": 1.0, "pacs_class_weight": "balanced"}),
     "PACS b=2 balanced": ("pacs", {"pacs_beta": 2.0, "pacs_class_weight": "balanced"}),
     "PACS b=1 no weights": ("pacs", {"pacs_beta": 1.0, "pacs_class_weight": "none"}),

@@ -18,9 +18,11 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
+if str(BENCHMARKS) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their siblings (`_common`, `report`, ...)
+
+
 def _load(name: str):
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))  # the scripts import their sibling `_common`
     spec = importlib.util.spec_from_file_location(f"pacs_benchmarks_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -98,6 +100,30 @@ def test_critic_summary_and_clip_fraction():
     assert _common.critic_summary([{"step": 2, "loss": 0.1}], steps_per_cycle=4) is None  # GRPO: no critic metrics
     log = [{"grad_norm": 0.5}, {"grad_norm": 1.5}, {"loss": 0.1}, {"grad_norm": 2.0}]
     assert _common.clip_fraction(log, 1.0) == 2 / 3
+
+
+def test_critic_summary_leaves_out_exactly_the_generating_steps(tmp_path):
+    import argparse
+
+    import _common
+
+    setup = _load("step_cost_setup")  # a tiny random Qwen3 and a parity reward: mixed groups, a moving policy
+    args = argparse.Namespace(device="cpu", prompts_per_step=2, num_generations=4, per_device=None, seed=0, steps=6,
+                              work_dir=str(tmp_path), warmup_steps=0, steps_per_generation=3, completion_length=8,
+                              model_config="tiny", prompt_length=4)  # fmt: skip
+    Trainer, config = setup.trainer_class_and_config(args, "PACS")
+    config.logging_steps, config.learning_rate = 1, 1e-2
+    tokenizer, dataset = setup.build_data(args)
+    model = setup.build_model("tiny", "cpu", 0)
+    trainer = Trainer(model=model, reward_funcs=setup.parity_reward, args=config, train_dataset=dataset,
+                      processing_class=tokenizer)  # fmt: skip
+    trainer.train()
+    log = [e for e in trainer.state.log_history if "pacs/critic_margin" in e]
+    generated = [e["step"] for e in log if "reward" in e]  # TRL logs rewards on the steps that generated
+    assert generated == [1, 4] and all(e["pacs/critic_margin"] == 0.0 for e in log if e["step"] in generated)
+    assert all(e["pacs/critic_margin"] > 0.0 for e in log if e["step"] not in generated)  # the policy moved
+    c = _common.critic_summary(trainer.state.log_history, steps_per_cycle=3)
+    assert c["off_policy_steps"] == 4 and c["critic_margin_step_q10_q50_q90"][0] > 0.0
 
 
 def test_report_goal_and_interval():
