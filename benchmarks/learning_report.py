@@ -158,15 +158,13 @@ def grid_reading(runs: list[dict], lrs: list[float], seed: int, names: list[str]
         for v in val.values()
     )
     parts = []
-    if margins:
+    if margins and len(lrs) > 1:
         parts.append(f"the critic term {'grows' if grows else 'does not grow steadily'} with the step size")
-    if best is not None:
-        parts.append(
-            f"validation accuracy {'falls' if falls else 'does not fall'} above {best:g} for every config"
-            if falls
-            else f"validation accuracy does not fall above {best:g} for every config"
-        )
-    return f"Across the learning-rate grid (seed {seed}): " + ", ".join(parts) + ":"
+    if best is not None and best < max(lrs):
+        parts.append(f"validation accuracy {'falls' if falls else 'does not fall'} above {best:g} for every config")
+    elif best is not None and len(lrs) > 1:
+        parts.append(f"some config is best at the largest rate tried ({best:g}): the grid may stop too early")
+    return f"Across the learning-rate grid (seed {seed}): " + ", ".join(parts) + ":" if parts else ""
 
 
 def entropy_table(runs: list[dict], picked: dict) -> str | None:
@@ -194,7 +192,7 @@ def paired_vs_grpo(runs: list[dict], picked: dict) -> str:
         if name == "GRPO":
             continue
         d = [final(r["curve"], 2) - grpo[r["seed"]] for r in rs if r["seed"] in grpo]
-        da = [auc(r["curve"]) - auc(g["curve"]) for r in rs for g in fr["GRPO"] if g["seed"] == r["seed"]]
+        da = [auc(r["curve"]) - auc(g["curve"]) for r in rs for g in fr.get("GRPO", []) if g["seed"] == r["seed"]]
         if d:
             lines.append(f"| {name} | {len(d)} | {report.interval(d)} | {report.interval(da)} |")
     head = "| config | seeds | final test acc − GRPO's, same seed | AUC − GRPO's, same seed |\n|---|---|---|---|"
