@@ -531,11 +531,13 @@ def _training_memory(plan: Plan, args, model_args, launch: Launch, shape: ModelS
     tokens = B * seq_tokens
     per_layer = shape.activation_bytes_per_token() * tokens
     if args.gradient_checkpointing:
-        activations = shape.num_layers * tokens * shape.hidden_size * 2 + 2 * per_layer
+        # the layer inputs kept, plus the layer being recomputed in backward: its activations and the gradients in
+        # flight through it (about half as much again)
+        activations = shape.num_layers * tokens * shape.hidden_size * 2 + 1.5 * per_layer
         activations_other = shape.num_layers * per_layer
     else:
         activations = shape.num_layers * per_layer
-        activations_other = shape.num_layers * tokens * shape.hidden_size * 2 + 2 * per_layer
+        activations_other = shape.num_layers * tokens * shape.hidden_size * 2 + 1.5 * per_layer
     # TRL's fused LM head: [4096 x 32768] tiles, fp32 gradient of the hidden states, and of the head when it trains
     lm_head = 4096 * 32768 * 2 + B * C * shape.hidden_size * 4
     if not use_peft:
