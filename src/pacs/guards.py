@@ -114,6 +114,8 @@ class NonFiniteGradientGuard(TrainerCallback):
         if skipped:
             self.skipped += 1
             self.in_a_row += 1
+        accelerator = getattr(self.trainer, "accelerator", None)
+        if skipped and (accelerator is None or accelerator.is_main_process):
             logger.warning(
                 "Optimizer step %d skipped: the gradient norm is %s (weights and optimizer states unchanged; %d "
                 "skipped so far, %d in a row).",
@@ -122,7 +124,7 @@ class NonFiniteGradientGuard(TrainerCallback):
                 self.skipped,
                 self.in_a_row,
             )
-        else:
+        if not skipped:
             self.in_a_row = 0
         metrics = getattr(self.trainer, "_metrics", None)
         if metrics is not None:
