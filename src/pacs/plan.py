@@ -160,8 +160,9 @@ def _qwen3(hidden, intermediate, layers, heads, tie, **moe) -> dict:
 
 # The Qwen3 family, from the models' config.json on the hub (Base and post-trained checkpoints share the shapes).
 # Checked against the parameter counts Qwen publishes (total / non-embedding): 0.6B 0.6/0.44, 1.7B 1.7/1.4,
-# 4B 4.0/3.6, 8B 8.2/6.95, 14B 14.8/13.2, 32B 32.8/31.2, 30B-A3B 30.5 (3.3 active). max_position_embeddings is
-# 32768 for the Base checkpoints (40960 for some post-trained ones); only the vLLM default max_model_len reads it.
+# 4B 4.0/3.6, 8B 8.2/6.95, 14B 14.8/13.2, 32B 32.8/31.2, 30B-A3B 30.5 (3.3 active). max_position_embeddings (from
+# memory, less certain than the shapes: only vLLM's default max_model_len reads it, when vllm_max_model_length is
+# unset): 32768 for the Base checkpoints, 40960 for the post-trained ones, 262144 for the -2507 ones.
 QWEN3_SHAPES = {
     "qwen3-0.6b": _qwen3(1024, 3072, 28, 16, tie=True),
     "qwen3-1.7b": _qwen3(2048, 6144, 28, 16, tie=True),
@@ -210,7 +211,9 @@ def model_shape(name_or_path: str, revision: str | None = None) -> ModelShape:
         name_or_path.split("/")[-1].lower(),
     )
     if match:
-        return ModelShape(name=name_or_path, source="pacs.plan's Qwen3 table", **QWEN3_SHAPES[f"qwen3-{match[1]}"])
+        context = {"-base": 32768, None: 40960}.get(match[2], 262144)
+        fields = {**QWEN3_SHAPES[f"qwen3-{match[1]}"], "max_position_embeddings": context}
+        return ModelShape(name=name_or_path, source="pacs.plan's Qwen3 table", **fields)
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
         raise ValueError(
             f"The shape of {name_or_path!r} is unknown offline (HF_HUB_OFFLINE=1): pass a local model directory, or "
