@@ -203,6 +203,27 @@ class RunCache:
         return json.loads(path.read_text())["run"]
 
 
+def run_missing(specs: list, cached, run, runs: list, save, jobs: int = 1, cached_only: bool = False, order=None):
+    """Add every spec's run to `runs`: `cached(spec)` where it is not None, else `run(spec)`, `jobs` at a time (in
+    the order `sorted(..., key=order)` when given), calling `save()` after each new run. `cached_only`: run nothing.
+    """
+    todo = []
+    for spec in specs:
+        found = cached(spec)
+        if found is None:
+            todo.append(spec)
+        elif found not in runs:
+            runs.append(found)
+    if cached_only:
+        return
+
+    def done(result):
+        runs.append(result)
+        save()
+
+    run_all(run, sorted(todo, key=order) if order else todo, jobs, done)
+
+
 def run_all(fn, specs: list, jobs: int, on_result) -> None:
     """`on_result(fn(spec))` for every spec: in this process for `jobs` <= 1, else in `jobs` spawned workers."""
     if jobs <= 1 or len(specs) <= 1:

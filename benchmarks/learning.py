@@ -192,23 +192,16 @@ def run_cached(args, spec: tuple[str, float, int]) -> dict:
     return cache(args).put(run_tag(*spec), run_key(args, name), run)
 
 
+def cached(args, spec: tuple[str, float, int]) -> dict | None:
+    return cache(args).get(run_tag(*spec), run_key(args, spec[0]))
+
+
 def execute(args, specs: list[tuple], runs: list[dict], save) -> None:
     """Add every spec's run to `runs`: from the cache, else run (`args.jobs` at a time), saving after each."""
-    todo = []
-    for spec in specs:
-        run = cache(args).get(run_tag(*spec), run_key(args, spec[0]))
-        if run is None:
-            todo.append(spec)
-        elif run not in runs:
-            runs.append(run)
-    if getattr(args, "cached_only", False):
-        return
-
-    def done(run):
-        runs.append(run)
-        save()
-
-    _common.run_all(functools.partial(run_cached, args), todo, args.jobs, done)
+    partial = functools.partial
+    _common.run_missing(
+        specs, partial(cached, args), partial(run_cached, args), runs, save, args.jobs, args.cached_only
+    )
 
 
 # 3. Main ----------------------------------------------------------------------------------------------------------

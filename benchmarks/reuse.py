@@ -117,22 +117,10 @@ def run_cell(args, spec) -> dict:
 
 def execute(args, specs: list[tuple], runs: list[dict], save) -> None:
     """Run the specs that are not cached yet (`args.jobs` at a time, costliest first); append every result to runs."""
-    todo = []
-    for spec in specs:
-        run = cache(args).get(run_tag(*spec), run_key(args, spec[0]))
-        if run is None:
-            todo.append(spec)
-        elif run not in runs:
-            runs.append(run)
-    if args.cached_only:
-        return
-    todo.sort(key=lambda spec: -spec[2])  # a num_iterations mu run takes mu times the optimizer steps
-
-    def done(run):
-        runs.append(run)
-        save()
-
-    _common.run_all(functools.partial(run_cell, args), todo, args.jobs, done)
+    _common.run_missing(
+        specs, lambda spec: cache(args).get(run_tag(*spec), run_key(args, spec[0])), functools.partial(run_cell, args),
+        runs, save, args.jobs, args.cached_only, order=lambda spec: -spec[2],  # a mu run takes mu x the steps
+    )  # fmt: skip
 
 
 # 2. Main -----------------------------------------------------------------------------------------------------------
