@@ -34,7 +34,7 @@ LoRA (the base model stays frozen in bf16, so ZeRO-2 is enough):
 
 vLLM in server mode on its own GPUs (here GPUs 4-7 generate, GPUs 0-3 train; rescale the batch as the recipe says):
 
-    CUDA_VISIBLE_DEVICES=4,5,6,7 trl vllm-serve --model Qwen/Qwen3-4B-Base --data_parallel_size 4 --max_model_len 5120 &
+    CUDA_VISIBLE_DEVICES=4,5,6,7 trl vllm-serve --model Qwen/Qwen3-4B --data_parallel_size 4 --max_model_len 9216 &
     CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch --config_file examples/accelerate_configs/zero3.yaml \
         --num_processes 4 examples/train_qwen.py --config examples/recipes/qwen3_4b_pacs.yaml \
         --vllm_mode server --gradient_accumulation_steps 64 --steps_per_generation 256 --expected_world_size 4

@@ -15,7 +15,9 @@ from pacs import PACSConfig
 
 RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"
 PACS_RECIPES = ["qwen3_4b_pacs.yaml", "qwen3_8b_pacs.yaml", "qwen3_8b_pacs_lora.yaml", "qwen3_8b_pacs_lora_1gpu.yaml"]
-GRPO_RECIPE = "qwen3_4b_grpo.yaml"
+GRPO_RECIPES = ["qwen3_4b_grpo.yaml", "qwen3_8b_grpo.yaml"]
+# the revised paper's Table 4: rollout steps per model; 4 optimizer steps per rollout (1024 prompts, mini-batch 256)
+PAPER_ROLLOUT_STEPS = {"4b": 120, "8b": 320}
 CPU = {"use_cpu": True, "bf16": False, "report_to": "none"}  # bf16 recipes build only on CPU with these
 
 
@@ -28,7 +30,7 @@ def build(name: str, config_class):
     return config_class(**{**{k: v for k, v in load(name).items() if k in fields}, **CPU})
 
 
-@pytest.mark.parametrize("name", [*PACS_RECIPES, GRPO_RECIPE])
+@pytest.mark.parametrize("name", [*PACS_RECIPES, *GRPO_RECIPES])
 def test_no_vllm_importance_sampling_correction(name):
     # verl's rollout has no such correction; TRL's default (True, sequence_mask) would reweight every completion
     recipe = load(name)
@@ -56,10 +58,34 @@ def test_pacs_paper_recipes_do_not_clip_gradients(name):
     assert load(name)["max_grad_norm"] == 0.0
 
 
-def test_grpo_baseline_mirrors_verl():
-    recipe = load(GRPO_RECIPE)
+@pytest.mark.parametrize("name", [*PACS_RECIPES, *GRPO_RECIPES])
+def test_recipes_carry_the_revised_papers_settings(name):
+    recipe = load(name)
+    size = "4b" if "4b" in name else "8b"
+    # 8,192-token responses, prompts over 1,024 tokens dropped, vLLM sized for both
+    assert recipe["max_completion_length"] == 8192 and recipe["max_prompt_tokens"] == 1024
+    assert recipe["vllm_max_model_length"] == 1024 + 8192
+    # the paper's rollout steps, evaluation and a checkpoint every 20 rollouts, in optimizer steps
+    assert recipe["max_steps"] == 4 * PAPER_ROLLOUT_STEPS[size] == {"4b": 480, "8b": 1280}[size]
+    assert recipe["eval_steps"] == recipe["save_steps"] == 4 * 20
+    # the post-trained Qwen3 models the paper's base rows belong to, with the reason in the recipe
+    assert recipe["model_name_or_path"] == f"Qwen/Qwen3-{size.upper()}"
+    text = (RECIPES / name).read_text()
+    assert f"not Qwen3-{size.upper()}-Base" in text and "Table 1" in text
+    assert "vllm_gpu_memory_utilization" in recipe and "80 GB" in text and "H200" in text
+    assert "per evaluation" in text and "pacs plan" in text  # the cost of the evaluation during training, estimated
+    if recipe["algorithm"] == "pacs":
+        assert recipe["pacs_anchor"] == "reference" and recipe["pacs_reference_reset_generations"] == 0
+        assert "# reset interval: see docs/pacs_trainer.md#reference-anchor" in text
+    else:
+        assert not any(key.startswith("pacs_") for key in recipe)
+
+
+@pytest.mark.parametrize("name", GRPO_RECIPES)
+def test_grpo_baseline_mirrors_verl(name):
+    recipe = load(name)
     assert recipe["algorithm"] == "grpo"
-    args = build(GRPO_RECIPE, GRPOConfig)
+    args = build(name, GRPOConfig)
     assert (args.loss_type, args.epsilon, args.scale_rewards, args.beta) == ("dr_grpo", 0.2, "group", 0.0)
     assert args.delta == 3.0  # verl's dual clip, clip_ratio_c 3.0
     # verl's seq-mean-token-sum-norm sums over the micro-batch (8 completions), TRL's dr_grpo averages over it: the
@@ -67,6 +93,6 @@ def test_grpo_baseline_mirrors_verl():
     assert args.max_grad_norm == pytest.approx(1.0 / recipe["per_device_train_batch_size"])
     assert not args.vllm_importance_sampling_correction
     assert args.steps_per_generation == 4 * args.gradient_accumulation_steps  # same rollout arithmetic as PACS
-    comments = "\n".join(line for line in (RECIPES / GRPO_RECIPE).read_text().splitlines() if line.startswith("#"))
+    comments = "\n".join(line for line in (RECIPES / name).read_text().splitlines() if line.startswith("#"))
     assert "seq-mean-token-sum-norm" in comments and "clip_ratio_c" in comments
     assert "which is TRL's dr_grpo" not in comments  # the two aggregations differ by a constant factor
