@@ -8,7 +8,7 @@ D = \frac{1}{|P|} \sum_{p \in P} \frac{2}{n_p (n_p - 1)} \sum_{i < j} \left(1 - 
 $$
 
 0 means every response of a problem embeds to the same direction; the paper reports 0.0392 for PACS against 0.0249 for
-GRPO (Qwen3-4B). Problems with fewer than two responses have no pair and are left out.
+GRPO. Problems with fewer than two responses have no pair and are left out.
 
 >>> import torch
 >>> round(pairwise_cosine_distance(torch.tensor([[1.0, 0.0], [0.0, 1.0]])), 6)  # orthogonal: distance 1
