@@ -1,40 +1,40 @@
-"""PACS and GRPO with vLLM colocated, a few optimizer steps each: step time, generation time, peak memory, vLLM's
-sampling log-prob gap and PACS's importance-sampling ratio. No hub access: a randomly initialised Qwen3 of real shape.
+"""A smoke test of PACS and GRPO with vLLM colocated: a few optimizer steps each, timed, with vLLM's sampling log-prob
+gap and PACS's importance-sampling ratio read from the logs. No hub access: a randomly initialised Qwen3.
 
-    python benchmarks/vllm_gpu_check.py                      # one GPU: random Qwen3-0.6B in bf16, ~5 min
-    python benchmarks/vllm_gpu_check.py --model-config qwen3-1.7b
     python benchmarks/vllm_gpu_check.py --smoke              # CPU with vllm-cpu (the vLLM tier runs this): ~1 min
     python benchmarks/vllm_gpu_check.py --smoke --repeats 5 --out-dir benchmarks/results   # vllm_cpu.{json,md}
+    python benchmarks/vllm_gpu_check.py                      # a CUDA machine with vLLM: random Qwen3-0.6B in bf16
 
-Needs vLLM: on a GPU `pip install "pacs[vllm]"`; on CPU the vLLM tier's virtualenv (`make vllm-env`, then
-`.venv-vllm/bin/python benchmarks/vllm_gpu_check.py --smoke`).
+What it is for: the vLLM tier (`make test-vllm`, tests/vllm/test_benchmarks_vllm.py) runs `--smoke` to show that the
+colocate path starts, trains, pushes weights and reports, for both trainers, on vLLM's CPU build
+(`.venv-vllm/bin/python benchmarks/vllm_gpu_check.py --smoke`; on a GPU `pip install "pacs[vllm]"`).
 
-Steps:
+What it measures: per run, the median optimizer step, the mean vLLM generation call (after the first) and weight push,
+peak memory (`torch.cuda.max_memory_allocated` on GPU, vLLM's KV cache included; peak RSS on CPU), TRL's
+`sampling/sampling_logp_difference/{mean,max}` and PACS's `pacs/is_ratio_mean`; min / median / max over interleaved
+repetitions, a fresh process per run. On CPU the timings compare PACS with GRPO on this path only; they say nothing
+about a GPU.
 
-1. The parent saves a randomly initialised Qwen3 (the config of Qwen/Qwen3-0.6B or -1.7B, tied embeddings, its full
-   151,936-token vocabulary) with `pacs.testing`'s small offline BPE tokenizer; the model samples ids the tokenizer
-   does not know, which decode to nothing, so the reward is the parity of the sum of the completion's token ids.
-2. Each (algorithm, repetition) runs in a fresh worker process (`--worker`), so that vLLM's memory and peak memory
-   are its own; the algorithms are interleaved and their order rotates between repetitions.
-3. A worker trains `--steps` optimizer steps with `use_vllm=True, vllm_mode="colocate"`, 4 optimizer steps per
-   generation, TRL's importance-sampling correction on (its default). It times every optimizer step (a callback),
-   every vLLM generation call and every weight push (`VLLMGeneration.generate` / `sync_weights`), and reads TRL's
-   `sampling/sampling_logp_difference/{mean,max}` and PACS's `pacs/is_ratio_mean` from the logs.
-4. The parent prints one line per run and a summary (min / median / max over repetitions), and with `--out-dir`
-   writes `vllm_gpu.{json,md}` (GPU) or `vllm_cpu.{json,md}` (CPU).
+What it does not show (a review of this script, issue 28):
 
-Reading the output: `logp_diff` is the mean absolute gap per token between vLLM's sampling log-probs and the
-trainer's log-probs of the same completions (TRL's `sampling/sampling_logp_difference/mean`). It must stay at the
-dtype's floor after every weight push (bf16: ~1e-3 to 1e-2; float32: ~1e-6); a value that grows with the steps
-(0.3 to 1 nats) means vLLM is sampling from stale weights. `is_ratio` (PACS's `pacs/is_ratio_mean`, the mean
-sequence-level importance ratio of the completions kept) should be ~1.0. `gen_s` is the mean time of one vLLM
-generation call after the first (warm-up), `push_s` of one weight push, `step_s` the median optimizer step (the first of each generation
-includes generation), `peak_mem` is `torch.cuda.max_memory_allocated` on GPU (vLLM's KV cache included) and peak RSS
-on CPU.
+- **That vLLM follows the trained weights.** The log-prob gap stays small here even when vLLM's weights are stale: at
+  the GPU default (lr 1e-6, 8 steps, bf16 weights) the updates fall below bf16's resolution, so the weights barely
+  change, and a random model's near-uniform distribution keeps the gap small whatever the weights. A small
+  `logp_diff` is therefore no evidence that the push works. That is tested where it can fail:
+  `tests/vllm/test_trainer_vllm.py::test_colocate_vllm_follows_trained_weights` (and the MoE and LoRA variants), in
+  float32 with a learning rate that moves the weights.
+- **Anything about the project's GPU machine.** Its GPU mode has never run, and it cannot run on the air-gapped H200
+  the project uses: that image has no vLLM, and vLLM cannot be carried there. The GPU check is
+  `benchmarks/gpu_check.py` (`bash benchmarks/gpu_run.sh`, benchmarks/README.md).
 
-On CPU (`--smoke`) the model is a 2-layer Qwen3 of hidden size 128 (head size 32, the smallest vLLM's CPU attention
-accepts) and the weight push goes through `pacs.testing.vllm_cpu_weight_push` (vLLM's CPU build repacks weights);
-CPU timings say nothing about GPU speed.
+Steps: (1) the parent saves a random Qwen3 (the shape of Qwen/Qwen3-0.6B or -1.7B, 151,936-token vocabulary) with
+`pacs.testing`'s offline tokenizer; the reward is the parity of the sum of the completion's token ids (ids the tokenizer
+does not know decode to nothing); (2) each (algorithm, repetition) runs in a fresh worker process (`--worker`), the
+algorithms interleaved with a rotating order; (3) a worker trains `--steps` optimizer steps with
+`use_vllm=True, vllm_mode="colocate"`, 4 per generation, TRL's importance-sampling correction on, timing every step,
+vLLM generation call and weight push; (4) the parent prints one line per run and the summary, and with `--out-dir`
+writes `vllm_{gpu,cpu}.{json,md}`. On CPU (`--smoke`) the model is a 2-layer Qwen3 of hidden size 128 (head size 32,
+the smallest vLLM's CPU attention accepts) and the push goes through `vllm_cpu_weight_push` (tests/vllm/_push.py).
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ def worker(algorithm: str, model_dir: str, out_json: str, smoke: bool, steps: in
     from trl import GRPOConfig, GRPOTrainer
 
     from pacs import PACSConfig, PACSTrainer
-    from pacs.testing import vllm_cpu_weight_push
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm"))  # the vLLM tier's CPU push
+    from _push import vllm_cpu_weight_push
 
     on_gpu = torch.cuda.is_available()
     batch, completion = (4, 16) if smoke else (8, 256)
