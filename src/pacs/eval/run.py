@@ -555,6 +555,7 @@ def _checked_settings(model: Any, tokenizer: Any, settings: dict) -> EvalSetting
 def evaluate(
     model: Any,
     benchmarks: Sequence[str] | str | None = DEFAULT_BENCHMARKS,
+    *,
     output_dir: str | os.PathLike = "pacs-eval",
     datasets: Mapping[str, Any] | None = None,
     tokenizer: Any = None,
