@@ -145,7 +145,7 @@ def test_class_weight_none_from_cli_string():
             r"use gradient_accumulation_steps=4 \(or a multiple\), or per_device_train_batch_size=8",
         ),
         ({"num_generations": 1, "per_device_train_batch_size": 1}, r"needs num_generations >= 2, got 1"),
-        ({"pacs_score": "ppo"}, r"Unknown pacs_score 'ppo'; use one of 'rloo', 'grpo', 'naive'"),
+        ({"pacs_score": "ppo"}, r"Unknown pacs_score 'ppo'; use one of 'rloo', 'grpo', 'dr_grpo', 'naive'"),
         ({"pacs_reward_proxy": "sum"}, r"Unknown pacs_reward_proxy 'sum'; use one of 'log_ratio', 'mean_logp'"),
         ({"pacs_class_weight": "question"}, r"Unknown pacs_class_weight 'question'; use one of 'balanced'"),
         ({"pacs_beta": 0.0}, r"pacs_beta must be > 0 .* got 0.0; the paper uses 1.0 or 2.0"),
