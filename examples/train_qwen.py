@@ -4,6 +4,10 @@ Every run is `--config <recipe.yaml>` plus command-line overrides (`--learning_r
 the arguments are this script's `ScriptArguments`, `pacs.PACSConfig` (TRL's `GRPOConfig` for the GRPO baseline) and
 TRL's `ModelConfig`.
 
+Check a launch before spending a GPU (the same checks run here at start, before any model loads; docs/recipes.md):
+
+    pacs plan --config examples/recipes/qwen3_4b_pacs.yaml --accelerate-config examples/accelerate_configs/zero3.yaml
+
 CPU smoke run, offline, in seconds, against a local model directory (the tiny model the tests build):
 
     python -c "from pacs.testing import build_tiny_model; build_tiny_model('/tmp/tiny-qwen3')"
@@ -32,9 +36,10 @@ LoRA (the base model stays frozen in bf16, so ZeRO-2 is enough):
     accelerate launch --config_file examples/accelerate_configs/zero2.yaml \
         examples/train_qwen.py --config examples/recipes/qwen3_8b_pacs_lora.yaml
 
-vLLM in server mode on its own GPUs (here GPUs 4-7 generate, GPUs 0-3 train; rescale the batch as the recipe says):
+vLLM in server mode on its own GPUs (here GPUs 4-7 generate, GPUs 0-3 train; rescale the batch as the recipe says;
+tensor parallelism, since TRL's vllm-serve keeps data_parallel_size at 1 for dense models):
 
-    CUDA_VISIBLE_DEVICES=4,5,6,7 trl vllm-serve --model Qwen/Qwen3-4B --data_parallel_size 4 --max_model_len 9216 &
+    CUDA_VISIBLE_DEVICES=4,5,6,7 trl vllm-serve --model Qwen/Qwen3-4B --tensor_parallel_size 4 --max_model_len 9216 &
     CUDA_VISIBLE_DEVICES=0,1,2,3 accelerate launch --config_file examples/accelerate_configs/zero3.yaml \
         --num_processes 4 examples/train_qwen.py --config examples/recipes/qwen3_4b_pacs.yaml \
         --vllm_mode server --gradient_accumulation_steps 64 --steps_per_generation 256 --expected_world_size 4

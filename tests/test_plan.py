@@ -1,0 +1,364 @@
+"""`pacs plan`: every shipped GPU recipe passes on the hardware it documents; the launches that cannot work are refused
+with the setting to change (a vLLM engine that cannot start, bf16 weights that cannot learn, a vLLM share below the
+weights, a data-parallel vLLM server on a dense model); the model shapes it uses are exact; offline and deterministic;
+`examples/train_qwen.py` runs the same checks before any model loads."""
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from pacs import plan as pacs_plan
+from pacs.cli import main as cli_main
+from pacs.plan import Launch, model_shape, plan_recipe
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "examples" / "recipes"
+ACCELERATE = ROOT / "examples" / "accelerate_configs"
+GPU_RECIPES = sorted(p.name for p in RECIPES.glob("qwen3_*.yaml"))
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def documented_launch(recipe: str) -> tuple[str | None, int]:
+    """The accelerate config and process count of the command the recipe's header shows."""
+    head = (RECIPES / recipe).read_text()[:3000]
+    config = re.search(r"accelerate launch (?:--config_file (\S+))?", head)
+    assert config, f"{recipe} must open with its launch command"
+    processes = re.search(r"--num_processes (\d+)", head)
+    return config[1], int(processes[1]) if processes else None
+
+
+def plan_of(recipe: str, *overrides: str, **kwargs):
+    config, processes = documented_launch(recipe)
+    kwargs.setdefault("accelerate_config", str(ROOT / config) if config else None)
+    kwargs.setdefault("num_processes", processes)
+    return plan_recipe(str(RECIPES / recipe), overrides=list(overrides), **kwargs)
+
+
+def settings(plan, level="error"):
+    return {f.setting for f in plan.findings if f.level == level}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Model shapes
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, total, non_embedding",
+    [  # Qwen's published sizes (billions of parameters): total, non-embedding
+        ("Qwen/Qwen3-0.6B", 0.6, 0.44),
+        ("Qwen/Qwen3-1.7B-Base", 1.7, 1.4),
+        ("Qwen/Qwen3-4B-Base", 4.0, 3.6),
+        ("Qwen/Qwen3-8B-Base", 8.2, 6.95),
+        ("Qwen/Qwen3-14B", 14.8, 13.2),
+        ("Qwen/Qwen3-32B", 32.8, 31.2),
+        ("Qwen/Qwen3-30B-A3B-Base", 30.5, None),
+    ],
+)
+def test_qwen3_table_matches_the_published_sizes(name, total, non_embedding):
+    shape = model_shape(name)
+    assert shape.num_params / 1e9 == pytest.approx(total, rel=0.03)
+    if non_embedding is not None:
+        embeddings = shape.embedding_params * (1 if shape.tie_word_embeddings else 2)
+        assert (shape.num_params - embeddings) / 1e9 == pytest.approx(non_embedding, rel=0.03)
+
+
+def test_qwen3_4b_and_8b_shapes():
+    s4, s8 = model_shape("Qwen/Qwen3-4B-Base"), model_shape("Qwen/Qwen3-8B-Base")
+    assert (s4.hidden_size, s4.num_layers, s4.num_heads, s4.num_kv_heads, s4.head_dim) == (2560, 36, 32, 8, 128)
+    assert (s4.intermediate_size, s4.vocab_size, s4.tie_word_embeddings) == (9728, 151936, True)
+    assert (s8.hidden_size, s8.num_layers, s8.num_heads, s8.num_kv_heads, s8.head_dim) == (4096, 36, 32, 8, 128)
+    assert (s8.intermediate_size, s8.vocab_size, s8.tie_word_embeddings) == (12288, 151936, False)
+    assert s8.kv_bytes_per_token() == 2 * 36 * 8 * 128 * 2  # K and V, bf16
+    assert s8.kv_bytes_per_token(tensor_parallel_size=2) == s8.kv_bytes_per_token() // 2
+
+
+def test_shape_from_a_local_config_counts_the_real_parameters(tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    shape = model_shape(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert shape.num_params == sum(p.numel() for p in model.parameters())
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=targets))
+    assert shape.lora_params(4, targets) == sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+
+
+def test_an_unknown_model_offline_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown offline"):
+        model_shape("someone/unknown-model")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The shipped recipes on their documented hardware
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_shipped_recipe_passes_on_its_documented_hardware(recipe):
+    plan = plan_of(recipe)
+    assert not plan.errors, plan.render()
+    text = plan.render()
+    # the documented hardware is the recipe's own
+    config, processes = documented_launch(recipe)
+    import yaml
+
+    recipe_yaml = yaml.safe_load((RECIPES / recipe).read_text())
+    assert recipe_yaml.get("expected_gpu_memory_gb"), f"{recipe} must state the GPU memory it assumes"
+    assert f"{recipe_yaml['expected_gpu_memory_gb']:g} GiB per GPU" in text
+    assert "expected_world_size" not in settings(plan, "warning"), plan.render()
+    # no risk left unaddressed: checkpoints bounded, memory not near the limit
+    assert not {"save_total_limit", "per_device_train_batch_size"} & settings(plan, "warning"), plan.render()
+    # and on a GPU that reports a little less than its nominal size (an 80 GB H100 reports 79.2 GiB)
+    nominal = recipe_yaml["expected_gpu_memory_gb"]
+    assert not plan_of(recipe, gpu_memory_gb=0.99 * nominal).errors
+
+
+def test_plan_prints_every_part():
+    text = plan_of("qwen3_4b_pacs.yaml", gpu_memory_gb=80).render()
+    for part in (
+        "completions per generation",
+        "completions per optimizer step",
+        "optimizer steps per generation",
+        "max_num_seqs",
+        "max_num_batched_tokens       4096",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "KV cache",
+        "concurrency",
+        "optimizer states",
+        "activations",
+        "LM head",
+        "while generating",
+        "one checkpoint",
+        "one evaluation",
+    ):
+        assert part in text, part
+
+
+def test_plan_is_deterministic_and_offline():
+    assert plan_of("qwen3_8b_pacs.yaml").render() == plan_of("qwen3_8b_pacs.yaml").render()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Refused launches, each naming the setting to change
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_single_gpu_paper_batch_is_refused_for_max_num_seqs():
+    # docs/recipes.md once showed the paper's batch on one GPU: max_num_seqs = 8 x 1024 = 8192 > 4096
+    plan = plan_of(
+        "qwen3_8b_pacs_lora.yaml",
+        "--gradient_accumulation_steps", "256", "--steps_per_generation", "1024", "--expected_world_size", "1",
+        accelerate_config=None, num_processes=1,
+    )  # fmt: skip
+    assert "max_num_seqs" in settings(plan)
+    (finding,) = [f for f in plan.errors if f.setting == "max_num_seqs"]
+    assert "8192" in finding.message and "steps_per_generation <= 512" in finding.message
+    # the value it names works
+    fixed = plan_of(
+        "qwen3_8b_pacs_lora.yaml",
+        "--gradient_accumulation_steps", "128", "--steps_per_generation", "512", "--expected_world_size", "1",
+        accelerate_config=None, num_processes=1,
+    )  # fmt: skip
+    assert "max_num_seqs" not in settings(fixed)
+
+
+def test_bf16_weights_under_ddp_at_small_lr_are_refused_for_dtype():
+    plan = plan_of("qwen3_4b_pacs.yaml", accelerate_config=str(ACCELERATE / "ddp.yaml"))
+    (finding,) = [f for f in plan.errors if f.setting == "dtype"]
+    assert "dtype: float32" in finding.message and "1e-06" in finding.message
+    assert "dtype" not in settings(
+        plan_of("qwen3_4b_pacs.yaml", "--dtype", "float32", accelerate_config=str(ACCELERATE / "ddp.yaml"))
+    )
+    # DeepSpeed keeps fp32 master weights; LoRA adapters are float32 under DDP; a large lr moves bf16 weights
+    assert "dtype" not in settings(plan_of("qwen3_4b_pacs.yaml"))
+    assert "dtype" not in settings(plan_of("qwen3_8b_pacs_lora_1gpu.yaml"))
+    assert "dtype" not in settings(
+        plan_of("qwen3_4b_pacs.yaml", "--learning_rate", "1e-3", accelerate_config=str(ACCELERATE / "ddp.yaml"))
+    )
+
+
+@pytest.mark.parametrize("gpu_gb, share", [(48, 0.25), (24, 0.35)])
+def test_a_vllm_share_below_the_weights_is_refused(gpu_gb, share):
+    # the 1-GPU LoRA recipe once suggested 0.25 for 24-48 GB GPUs: 12 GiB for 15 GiB of Qwen3-8B weights
+    plan = plan_of("qwen3_8b_pacs_lora_1gpu.yaml", "--vllm_gpu_memory_utilization", str(share), gpu_memory_gb=gpu_gb)
+    findings = [f for f in plan.errors if f.setting == "vllm_gpu_memory_utilization"]
+    assert findings and "cannot hold" in findings[0].message
+    match = re.search(r"between (\d\.\d+) and (\d\.\d+) works", findings[0].message)
+    if match:  # the share it names works
+        fixed = plan_of(
+            "qwen3_8b_pacs_lora_1gpu.yaml", "--vllm_gpu_memory_utilization", match[1], gpu_memory_gb=gpu_gb
+        )
+        assert "vllm_gpu_memory_utilization" not in settings(fixed)
+    else:
+        assert "No vllm_gpu_memory_utilization fits" in findings[0].message
+
+
+def test_a_data_parallel_vllm_server_on_a_dense_model_is_refused():
+    serve = "--model Qwen/Qwen3-4B-Base --data_parallel_size 4 --max_model_len 5120"
+    overrides = ["--vllm_mode", "server", "--gradient_accumulation_steps", "64", "--steps_per_generation", "256"]
+    plan = plan_of("qwen3_4b_pacs.yaml", *overrides, "--expected_world_size", "4", num_processes=4, vllm_serve=serve)
+    (finding,) = [f for f in plan.errors if f.setting == "tensor_parallel_size"]
+    assert "--tensor_parallel_size 4" in finding.message and "--data_parallel_size 1" in finding.message
+    fixed = plan_of(
+        "qwen3_4b_pacs.yaml", *overrides, "--expected_world_size", "4", num_processes=4,
+        vllm_serve="--model Qwen/Qwen3-4B-Base --tensor_parallel_size 4 --max_model_len 5120",
+    )  # fmt: skip
+    assert not fixed.errors, fixed.render()
+
+
+def test_every_problem_is_reported_not_only_the_first():
+    plan = plan_of(
+        "qwen3_8b_pacs_lora_1gpu.yaml",
+        "--steps_per_generation", "4096", "--gradient_accumulation_steps", "1024",
+        "--vllm_gpu_memory_utilization", "0.2", "--use_peft", "false",
+        accelerate_config=str(ACCELERATE / "ddp.yaml"), num_processes=1, gpu_memory_gb=80,
+    )  # fmt: skip
+    assert {"max_num_seqs", "dtype", "vllm_gpu_memory_utilization"} <= settings(plan)
+
+
+def test_risks_are_warnings():
+    plan = plan_of("qwen3_4b_pacs.yaml", "--save_total_limit", "0")  # transformers: 0 / None keep every checkpoint
+    assert "save_total_limit" in settings(plan, "warning") and not plan.errors
+    plan = plan_of("qwen3_8b_pacs_lora_1gpu.yaml", "--per_device_eval_batch_size", "8", "--eval_limit", "500",
+                   "--eval_steps", "20", "--eval_strategy", "steps", "--eval_benchmark", "math500")  # fmt: skip
+    (finding,) = [f for f in plan.warnings if f.setting == "per_device_eval_batch_size"]
+    assert "sequential vLLM calls" in finding.message
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The command line and the training script
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_cli_exit_codes_and_overrides(capsys):
+    recipe = str(RECIPES / "qwen3_4b_pacs.yaml")
+    zero3 = str(ACCELERATE / "zero3.yaml")
+    assert cli_main(["plan", "--config", recipe, "--accelerate-config", zero3]) == 0
+    assert "Problems:" in capsys.readouterr().out
+    # an override on the recipe, as on train_qwen.py's command line
+    code = cli_main(["plan", "--config", recipe, "--num-processes", "1", "--steps_per_generation", "1024",
+                     "--gradient_accumulation_steps", "256"])  # fmt: skip
+    assert code == 1 and "ERROR [max_num_seqs]" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # other subcommands still refuse unknown arguments
+        cli_main(["eval", "--no-such-option"])
+
+
+@pytest.fixture(scope="module")
+def train_qwen():
+    spec = importlib.util.spec_from_file_location("train_qwen_plan", ROOT / "examples" / "train_qwen.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_script_stops_before_the_model_loads(train_qwen, tiny_model_dir, monkeypatch):
+    class Loaded(Exception):
+        pass
+
+    def trainer(*args, **kwargs):
+        raise Loaded
+
+    monkeypatch.setattr(train_qwen, "PACSTrainer", trainer)
+    base = ["--config", str(RECIPES / "tiny_cpu.yaml"), "--model_name_or_path", tiny_model_dir]
+    # bf16 weights in one process at lr 1e-6: refused before the trainer (and the model) is built
+    with pytest.raises(ValueError, match=r"\[dtype\].*dtype: float32"):
+        train_qwen.main(*train_qwen.parse_args([*base, "--dtype", "bfloat16", "--learning_rate", "1e-6"]))
+    # check_plan false only logs it; the shipped tiny recipe passes
+    with pytest.raises(Loaded):
+        train_qwen.main(
+            *train_qwen.parse_args([*base, "--dtype", "bfloat16", "--learning_rate", "1e-6", "--check_plan", "false"])
+        )
+    with pytest.raises(Loaded):
+        train_qwen.main(*train_qwen.parse_args(base))
+
+
+def test_runtime_check_reads_the_run(train_qwen, tiny_model_dir, monkeypatch):
+    script_args, args, model_args = train_qwen.parse_args(
+        ["--config", str(RECIPES / "tiny_cpu.yaml"), "--model_name_or_path", tiny_model_dir]
+    )
+    plan = pacs_plan.check_training_plan(script_args, args, model_args)
+    assert "1 processes" in plan.render() and "no DeepSpeed" in plan.render() and not plan.errors
+
+
+def test_launch_from_accelerate_configs():
+    zero3 = pacs_plan.read_accelerate_config(ACCELERATE / "zero3_multinode.yaml")
+    assert (zero3.world_size, zero3.num_machines, zero3.zero_stage) == (16, 2, 3)
+    ddp = pacs_plan.read_accelerate_config(ACCELERATE / "ddp.yaml")
+    assert ddp.zero_stage is None and not ddp.deepspeed and isinstance(ddp, Launch)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The docs' commands
+# ---------------------------------------------------------------------------------------------------------------------
+
+DOCS_RECIPES = ROOT / "docs" / "recipes.md"
+
+
+def bash_blocks(path: Path) -> list[tuple[str, str]]:
+    """(marker, code) of every ```bash block; the marker is the `<!-- pacs-plan: ... -->` comment right above it."""
+    pattern = re.compile(r"(?:<!-- pacs-plan: (?P<marker>[^>]*?) -->\n)?```bash\n(?P<code>.*?)```", re.S)
+    return [(m["marker"] or "", m["code"].replace("\\\n", " ")) for m in pattern.finditer(path.read_text())]
+
+
+def launches(code: str):
+    """(accelerate config, processes, machines, recipe, overrides, vllm-serve options) of each GPU-recipe launch."""
+    serve = re.search(r"trl vllm-serve (.*?)(?:&|$)", code, re.M)
+    for line in code.splitlines():
+        match = re.search(r"examples/train_qwen\.py --config (examples/recipes/qwen3_\S+\.yaml)(.*)", line)
+        if not match:
+            continue
+        head = line[: match.start()]
+        config = re.search(r"--config_file (\S+)", head)
+        processes = re.search(r"--num_processes (\d+)\b", head)
+        machines = re.search(r"--num_machines (\d+)\b", head)
+        yield (
+            str(ROOT / config[1]) if config else None,
+            int(processes[1]) if processes else (None if "accelerate launch" in head else 1),
+            int(machines[1]) if machines else None,
+            match[1],
+            shlex.split(match[2].split("'")[0], comments=True),
+            serve[1].strip() if serve else None,
+        )
+
+
+def test_every_recipe_launch_in_the_docs_passes_its_plan():
+    checked = 0
+    for marker, code in bash_blocks(DOCS_RECIPES):
+        for config, processes, machines, recipe, overrides, serve in launches(code):
+            plan = plan_recipe(
+                str(ROOT / recipe), overrides=overrides, accelerate_config=config, num_processes=processes,
+                num_machines=machines, vllm_serve=serve,
+                gpu_memory_gb=float(marker.split("--gpu-memory-gb ")[1].split()[0]) if "--gpu-memory-gb" in marker else None,
+            )  # fmt: skip
+            assert not plan.errors, f"`{code.strip()}`:\n{plan.render()}"
+            assert "expected_world_size" not in settings(plan, "warning"), f"`{code.strip()}`:\n{plan.render()}"
+            checked += 1
+    assert checked >= 8
+
+
+def test_every_pacs_plan_command_in_the_docs_runs(capsys, monkeypatch, tiny_model_dir):
+    monkeypatch.chdir(ROOT)
+    commands = [
+        (marker, line.strip())
+        for marker, code in bash_blocks(DOCS_RECIPES)
+        for line in code.splitlines()
+        if line.strip().startswith("pacs plan ")
+    ]
+    assert len(commands) >= 9
+    assert any(marker.startswith("fails") for marker, _ in commands)  # a refused launch is shown, and checked
+    for marker, command in commands:
+        code = cli_main(shlex.split(command.split("#")[0].replace("/tmp/tiny-qwen3", tiny_model_dir))[1:])
+        output = capsys.readouterr().out
+        expected = 1 if marker.startswith("fails") else 0
+        assert code == expected, f"`{command}` exited {code}:\n{output}"
