@@ -146,16 +146,27 @@ def spread(values) -> dict | None:
     return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
 
 
+def fmt(sp: dict | None, spec: str = ".3g") -> str:
+    """ "median (min-max, n=...)" of a `spread`, or "n/a"."""
+    if not sp:
+        return "n/a"
+    return f"{sp['median']:{spec}} ({sp['min']:{spec}}-{sp['max']:{spec}}, n={sp['n']})"
+
+
 def all_finite(values) -> bool:
     return bool(values) and all(math.isfinite(v) for v in values)
 
 
 def markdown(result: dict) -> str:
     meta = result["meta"]
-    lines = [f"# GPU check ({'CPU rehearsal, tiny shapes: no figure here says anything about a GPU' if meta['rehearse'] else meta['gpu']})",
-             "", f"`{meta['command']}`, {meta['date']}, {meta['elapsed_s']:.0f} s of a {meta['time_budget_s']:.0f} s budget",
-             "", "| section | status |", "|---|---|"]  # fmt: skip
-    lines += [f"| {name} | {section['status']} |" for name, section in result["sections"].items()]
+    where = "CPU rehearsal, tiny shapes: no figure here says anything about a GPU" if meta["rehearse"] else meta["gpu"]
+    budget = f"{meta['elapsed_s']:.0f} s of a {meta['time_budget_s']:.0f} s budget"
+    lines = [f"# GPU check ({where})", "", f"`{meta['command']}`, {meta['date']}, {budget}", "",
+             "| section | status | summary |", "|---|---|---|"]  # fmt: skip
+    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines += [
+        f"| {n} | {cell(sec['status'])} | {cell(sec.get('summary', ''))} |" for n, sec in result["sections"].items()
+    ]
     lines += ["", "- versions: " + ", ".join(f"{k} {meta.get(k)}" for k in ("python", "torch", "cuda", "transformers",
               "accelerate", "trl", "datasets", "deepspeed", "peft", "pacs"))]  # fmt: skip
     for name, section in result["sections"].items():

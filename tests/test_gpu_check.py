@@ -70,7 +70,7 @@ def test_split_lora_rehearsal_writes_a_passing_section(gpu_check, tmp_path):
     assert code == 0 and section["status"] == "ok", section
     runs = section["runs"]
     assert set(runs) == {"batch_1", "batch_4"}  # the rehearsal's groups of 4: batch 1 splits them
-    assert runs["batch_1"]["split_path"] and not runs["batch_4"]["split_path"]
+    assert runs["batch_1"]["split_path"] is True and runs["batch_4"]["split_path"] is False
     assert all(r["adapter_moved"] and len(r["losses"]) == 2 for r in runs.values())
     assert runs["batch_1"]["peak_mem_gib"] is None  # no GPU: no memory figure rather than a CPU one
     assert "| split_lora | ok |" in (tmp_path / "gpu_check.md").read_text()
