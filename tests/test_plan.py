@@ -227,6 +227,13 @@ def test_every_problem_is_reported_not_only_the_first():
     assert {"max_num_seqs", "dtype", "vllm_gpu_memory_utilization"} <= settings(plan)
 
 
+def test_colocated_tensor_parallelism_must_divide_the_world_size():
+    plan = plan_of("qwen3_4b_pacs.yaml", "--vllm_tensor_parallel_size", "3")
+    assert "vllm_tensor_parallel_size" in settings(plan)
+    plan = plan_of("qwen3_4b_pacs.yaml", "--vllm_tensor_parallel_size", "2")
+    assert "vllm_tensor_parallel_size" not in settings(plan) and "x 2 x 128 = 2048" in plan.render()
+
+
 def test_risks_are_warnings():
     plan = plan_of("qwen3_4b_pacs.yaml", "--save_total_limit", "0")  # transformers: 0 / None keep every checkpoint
     assert "save_total_limit" in settings(plan, "warning") and not plan.errors

@@ -645,6 +645,12 @@ def _vllm(plan, args, launch, shape, serve, trainer, TP, prompt_tokens, seq_toke
         ("sleep mode", "on (weights and KV cache freed while training)" if args.vllm_enable_sleep_mode else "off"),
         ("generation batch per engine", f"{B * TP * SPG} completions of up to {args.max_completion_length} tokens"),
     ]
+    if launch.world_size % TP:
+        plan.error(
+            "vllm_tensor_parallel_size",
+            f"{TP} does not divide the world size {launch.world_size}: TRL groups the colocated engines by "
+            f"vllm_tensor_parallel_size processes. Use a divisor of {launch.world_size}.",
+        )
     if max_num_seqs > TRL_MAX_NUM_BATCHED_TOKENS:
         spg_max = TRL_MAX_NUM_BATCHED_TOKENS // (B * TP)
         need_w = math.ceil(completions_per_generation / (TRL_MAX_NUM_BATCHED_TOKENS // TP))
