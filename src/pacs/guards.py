@@ -72,10 +72,15 @@ class NonFiniteGradientGuard(TrainerCallback):
 
     @classmethod
     def install(cls, trainer, optimizer, max_skipped: int) -> NonFiniteGradientGuard:
-        """Guard `optimizer` (the torch optimizer `trainer.create_optimizer` made) and register the callback."""
+        """Guard `optimizer` (the torch optimizer `trainer.create_optimizer` made) and register the callback; once per
+        optimizer (transformers may ask `create_optimizer` for it more than once)."""
+        guard = getattr(optimizer, "_pacs_nonfinite_guard", None)
+        if guard is not None:
+            return guard
         guard = cls(trainer, max_skipped)
         if not getattr(trainer, "is_deepspeed_enabled", False):
             guard.wrap(optimizer)
+        optimizer._pacs_nonfinite_guard = guard
         trainer.add_callback(guard)
         return guard
 
