@@ -142,9 +142,9 @@ def test_resume_with_lora(tiny_model_dir, tmp_path):
 def test_resume_without_the_saved_rollout_regenerates_and_differs(tiny_model_dir, tmp_path, monkeypatch):
     # What the saved rollout buys: without it (as with transformers alone), a resume in the middle of a generation
     # batch generates new completions at once and ends elsewhere. This also shows the exactness test above can fail.
-    import pacs.trainer
+    import pacs.checkpoints
 
-    monkeypatch.setattr(pacs.trainer, "load_rollout", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pacs.checkpoints, "load_rollout", lambda *args, **kwargs: None)
     record = resume_runs(tiny_model_dir, str(tmp_path), (4, 1, 4, 1, 4), [1])
     run = record["resumed"]["1"] if "1" in record["resumed"] else record["resumed"][1]
     assert run["rollout_saved"] and run["generated_at"][0] == 1  # regenerated right away

@@ -26,6 +26,10 @@ PACS_METRICS = (
     "pacs/critic_brier",
     "pacs/label_mean",
     "pacs/frac_mixed_groups",
+    "pacs/critic_margin",
+    "pacs/majority_accuracy",
+    "pacs/critic_close_frac",
+    "pacs/proxy_abs_mean",
 )
 
 
@@ -75,6 +79,27 @@ def test_shuffle_groups_keeps_groups_and_permutes():
     assert len(orders) > 1
     with pytest.raises(ValueError, match="whole groups"):
         shuffle_groups({"x": torch.arange(5)}, 2)
+
+
+def test_critic_metrics_on_hand_made_values():
+    from pacs.trainer import critic_metrics
+
+    # two groups of 2; the last completion does not count (weight 0) and would change every metric if it did
+    psi = torch.tensor([3.0, -2.0, 0.1, 0.0])
+    labels = torch.tensor([1.0, 0.0, 0.0, 0.95])
+    weights = torch.tensor([1.0, 2.0, 1.0, 0.0])
+    rewards = torch.tensor([0.5, -1.0, 0.2, 9.0])
+    m = critic_metrics(psi, labels, weights, rewards, num_generations=2)
+    probs = torch.sigmoid(psi[:3])  # 0.953, 0.119, 0.525
+    assert m["pacs/critic_margin"] == pytest.approx(0.5 - probs[1].item())  # median of 0.453, 0.381, 0.025
+    assert m["pacs/critic_close_frac"] == pytest.approx(1 / 3)  # only |1 - 0.953| < 0.1
+    assert m["pacs/majority_accuracy"] == pytest.approx(2 / 3)  # labels 1, 0, 0: always guessing 0
+    assert m["pacs/proxy_abs_mean"] == pytest.approx((0.5 + 1.0 + 0.2) / 3)
+    assert m["pacs/critic_accuracy"] == pytest.approx(2 / 3)  # the third is predicted 1 with label 0
+    assert m["pacs/label_mean"] == pytest.approx(1 / 3)
+    assert m["pacs/frac_mixed_groups"] == pytest.approx(0.5)  # the second group has one valid completion
+    assert m["pacs/critic_brier"] == pytest.approx(((probs - labels[:3]) ** 2).mean().item())
+    assert critic_metrics(torch.zeros(2), torch.ones(2), torch.ones(2), torch.zeros(2), 2)["pacs/critic_margin"] == 0
 
 
 def test_multi_step_training_keeps_groups_and_labels_and_learns(tiny_model_dir, tmp_path):
@@ -148,11 +173,11 @@ def test_rejects_plain_grpo_config(tiny_model_dir, tmp_path):
 def test_import_check_names_the_fix(monkeypatch):
     import trl
 
-    from pacs import trainer as trainer_module
+    from pacs import _compat
 
     monkeypatch.setattr(trl, "__version__", "0.9.0")
     with pytest.raises(ImportError, match=r'pip install "trl>=1.15,<2"'):
-        trainer_module._check_trl()
+        _compat.check_trl()
 
 
 @pytest.mark.parametrize("hook", ["_generate_single_turn", "_save_checkpoint", "_load_optimizer_and_scheduler"])
@@ -160,11 +185,11 @@ def test_import_check_names_a_missing_hook(monkeypatch, hook):
     # A TRL that renamed a hook PACSTrainer overrides would silently bypass it (MoE generation, exact resume).
     from trl import GRPOTrainer
 
-    from pacs import trainer as trainer_module
+    from pacs import _compat
 
     monkeypatch.setattr(GRPOTrainer, hook, None, raising=False)
     with pytest.raises(ImportError, match=rf"without {hook}"):
-        trainer_module._check_trl()
+        _compat.check_trl()
 
 
 def test_lora_changes_only_adapter_weights(tiny_model_dir, tmp_path):
@@ -385,12 +410,14 @@ def test_split_groups_with_lora_and_batch_1(tiny_model_dir, tmp_path):
 def test_docstring_examples_run(tiny_model_dir):
     import doctest
 
+    import pacs._compat
+    import pacs.split
     import pacs.testing
     import pacs.trainer
 
     # (the fixture has already saved a model once, so one-time import banners do not land in the doctest output)
 
-    for module in (pacs.trainer, pacs.testing):
+    for module in (pacs.trainer, pacs.split, pacs._compat, pacs.testing):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
 

@@ -185,3 +185,20 @@ def test_split_layout_is_checked_when_the_trainer_is_built(tiny_model_dir, tmp_p
     )
     with pytest.raises(ValueError, match=r"steps_per_generation \(6\) must be a multiple of gradient_accumulation"):
         PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+
+
+@pytest.mark.parametrize("P, GA, S, entropy_coef", [(4, 1, 3, 0.0), (2, 2, 6, 0.0), (1, 4, 12, 0.0), (1, 4, 12, 0.01)])
+def test_logged_loss_is_the_steps_pacs_loss(tiny_model_dir, tmp_path, P, GA, S, entropy_coef):
+    # The logged `loss` (and TRL's `policy_loss` with the entropy bonus on) is the optimizer step's PACS loss, on
+    # whole groups and on the split path (which once divided it by gradient_accumulation_steps twice)
+    _, _, trainer = train(
+        tiny_model_dir, tmp_path, f"log{P}", per_device_train_batch_size=P, gradient_accumulation_steps=GA,
+        steps_per_generation=S, max_steps=3, entropy_coef=entropy_coef, logging_steps=1,
+    )  # fmt: skip
+    assert trainer._pacs_split == (P < 4)
+    logs = [e for e in trainer.state.log_history if "pacs/loss" in e]
+    assert len(logs) == 3 and logs[-1]["pacs/psi_std"] > 1e-3  # off-policy steps included
+    key = "policy_loss" if entropy_coef else "loss"
+    assert [e[key] for e in logs] == pytest.approx([e["pacs/loss"] for e in logs], rel=1e-5)
+    if entropy_coef:  # the logged loss then holds the bonus: it differs from the PACS loss
+        assert all(e["loss"] < e["pacs/loss"] for e in logs)

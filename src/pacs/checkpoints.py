@@ -14,8 +14,8 @@ Two things the `transformers` checkpoint leaves out, for a run that is preempted
    saves its share of the buffered generation batch as [`rollout_file`] (token ids, masks, per-token log-probs,
    labels: never logits) and its position in it; at a generation boundary nothing extra is written.
 
-The functions here are pure file handling; `PACSTrainer` calls them from `_save_checkpoint`,
-`_load_optimizer_and_scheduler` and `train`.
+The functions here are file handling; [`CheckpointHooks`] holds the trainer hooks that call them (`train`,
+`_save_checkpoint`, `_load_optimizer_and_scheduler`), and `PACSTrainer` inherits it.
 
 >>> import tempfile, os
 >>> out = tempfile.mkdtemp()
@@ -28,17 +28,22 @@ The functions here are pure file handling; `PACSTrainer` calls them from `_save_
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import shutil
 from typing import Any
+
+from accelerate.utils import send_to_device
 
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "COMPLETE_MARKER",
+    "CheckpointHooks",
     "ROLLOUT_DIR",
     "checkpoint_problem",
     "last_complete_checkpoint",
@@ -92,23 +97,11 @@ def save_rollout(
         "global_step": global_step,
         "world_size": world_size,
         "process_index": process_index,
-        "buffered_inputs": _to_device(buffered_inputs, "cpu"),
+        "buffered_inputs": send_to_device(buffered_inputs, "cpu"),
     }
     torch.save(payload, path + ".tmp")
     os.replace(path + ".tmp", path)  # never a half-written rollout under its final name
     return os.path.getsize(path)
-
-
-def _to_device(value, device):
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.detach().to(device)
-    if isinstance(value, dict):
-        return {k: _to_device(v, device) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
 
 
 def load_rollout(checkpoint_dir: str | os.PathLike, process_index: int, world_size: int, device) -> dict | None:
@@ -134,7 +127,7 @@ def load_rollout(checkpoint_dir: str | os.PathLike, process_index: int, world_si
         raise ValueError(
             f"{rollout_file(checkpoint_dir, process_index)} has an unknown format {payload.get('format')}."
         )
-    payload["buffered_inputs"] = _to_device(payload["buffered_inputs"], device)
+    payload["buffered_inputs"] = send_to_device(payload["buffered_inputs"], device)
     return payload
 
 
@@ -243,3 +236,89 @@ def resolve_resume_checkpoint(
             COMPLETE_MARKER,
         )
     return path
+
+
+class CheckpointHooks:
+    """`PACSTrainer`'s checkpoint hooks: crash-safe saves, and exact resume in the middle of a generation batch.
+
+    A mixin for a `GRPOTrainer` subclass (listed before it); uses GRPOTrainer's rollout buffer (`_buffered_inputs`)
+    and micro-batch counter (`_step`).
+    """
+
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """`Trainer.train`, resuming from the newest *complete* checkpoint for `resume_from_checkpoint=True`.
+
+        A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`) is skipped with a warning that
+        says why; a named incomplete one is an error (see `pacs.checkpoints`).
+        """
+        resume = resolve_resume_checkpoint(
+            resume_from_checkpoint, self.args.output_dir, verbose=self.accelerator.is_main_process
+        )
+        return super().train(
+            resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
+        )
+
+    def _save_checkpoint(self, model, trial):
+        # 1. mid-generation: each process saves its share of the buffered generation batch first, so that a folder
+        #    with a trainer_state.json never lacks it; 2. the checkpoint itself (TRL: model card, model, optimizer,
+        #    RNG states, trainer state) with rotation held back; 3. once every process is done, the completion marker,
+        #    and only then the rotation, so that the newest complete checkpoint is never the one deleted.
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:  # leftovers of an earlier, interrupted save of this step
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, COMPLETE_MARKER))
+            shutil.rmtree(os.path.join(folder, ROLLOUT_DIR), ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        mid_generation = self._buffered_inputs is not None and self._step % self._generate_every != 0
+        if mid_generation:
+            size = save_rollout(
+                folder, self.accelerator.process_index, self.accelerator.num_processes, self._step,
+                self.state.global_step, self._buffered_inputs,
+            )  # fmt: skip
+            logger.debug("Saved %d bytes of buffered rollout to %s", size, folder)
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            write_complete_marker(
+                folder, global_step=self.state.global_step, world_size=self.accelerator.num_processes,
+                rollout=mid_generation,
+            )  # fmt: skip
+            self._rotate_after_marker(run_dir)
+
+    def _rotate_after_marker(self, run_dir: str) -> None:
+        # transformers' rotation, run after the completion marker (see `_save_checkpoint`)
+        if hasattr(self, "_rotate_checkpoints"):  # transformers < 5
+            self._rotate_checkpoints(use_mtime=True, output_dir=run_dir)
+            return
+        from transformers.trainer_utils import rotate_checkpoints
+
+        rotate_checkpoints(
+            output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+            best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
+        )  # fmt: skip
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        rollout = load_rollout(
+            checkpoint, self.accelerator.process_index, self.accelerator.num_processes, self.accelerator.device
+        )
+        if rollout is not None:  # continue the saved generation batch instead of generating a new one
+            self._buffered_inputs, self._step = rollout["buffered_inputs"], rollout["step"]
+            if self.accelerator.is_main_process:
+                left = self._generate_every - self._step % self._generate_every
+                logger.info("Resuming inside a generation batch: %d micro-batch(es) of it left.", left)
+
+    @property
+    def _generate_every(self) -> int:
+        """Micro-batches between two generations (GRPOTrainer's `steps_per_generation * num_iterations`)."""
+        return self.args.steps_per_generation * self.num_iterations

@@ -44,8 +44,11 @@ __all__ = [
     "MAX_UNLABELED_BATCHES",
     "TRL_REWARD_KWARGS",
     "UnlabeledBatchTracker",
+    "check_eval_batch",
     "check_model_path",
     "check_train_dataset",
+    "check_trainer_args",
+    "label_range_error",
     "validate_reward_output",
     "validated_reward_func",
 ]
@@ -561,4 +564,63 @@ def check_model_path(name_or_path: str | os.PathLike) -> str:
     raise ValueError(
         f"No such model directory or hub id: {text!r} (no directory {os.path.abspath(os.path.expanduser(text))}). "
         "Pass an existing local model directory (with config.json) or a hub id such as 'Qwen/Qwen3-4B-Base'."
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The trainer's settings and the labels
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def check_trainer_args(model, args):
+    """`args` for `PACSTrainer`: a default `PACSConfig` for `None`, a `TypeError` naming the fix for another config."""
+    from trl import GRPOConfig
+    from trl.trainer.utils import get_config_model_id
+
+    from .config import PACSConfig
+
+    if args is None:
+        model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+        return PACSConfig(f"{model_name.split('/')[-1]}-PACS")
+    if not isinstance(args, PACSConfig):
+        hint = (
+            " Build one with PACSConfig(**{k: v for k, v in grpo_args.to_dict().items() if not k.startswith('_')})"
+            " or construct PACSConfig directly."
+            if isinstance(args, GRPOConfig)
+            else ""
+        )
+        raise TypeError(f"PACSTrainer needs args=PACSConfig(...), got {type(args).__name__}.{hint}")
+    return args
+
+
+def check_eval_batch(per_device_eval_batch_size: int, world_size: int, num_generations_eval: int) -> None:
+    """GRPOTrainer computes its group advantages in evaluation too: the eval batch over all processes must hold whole
+    groups of `num_generations_eval` (the PACS loss itself needs none)."""
+    G, W, batch = num_generations_eval, world_size, per_device_eval_batch_size
+    if (W * batch) % G != 0:
+        valid = [b for b in range(1, 4 * G + 1) if (W * b) % G == 0][:3]
+        raise ValueError(
+            f"per_device_eval_batch_size ({batch}) x {W} process(es) must be a multiple of num_generations_eval "
+            f"({G}) so that TRL's evaluation sees whole groups; use per_device_eval_batch_size in {valid} or "
+            "set num_generations_eval."
+        )
+
+
+def label_range_error(
+    row: int, names: Sequence[str], rewards_per_func, labels_per_func, labels, weights, transform: str
+) -> ValueError:
+    """The error for a label outside [0, 1]: completion `row`'s score from each reward function, and the fixes."""
+    parts = ", ".join(
+        f"{name}={rewards_per_func[row, i].item():g}"
+        + (f" -> label {labels_per_func[row, i].item():g}" if transform != "none" else "")
+        + f" (weight {weights[i].item():g})"
+        for i, name in enumerate(names)
+    )
+    return ValueError(
+        f"PACS uses the reward as a label and needs it in [0, 1], but completion {row} of this batch got "
+        f"{labels[row].item():g} from the reward functions {parts} with pacs_label_transform={transform!r}. For a "
+        "learned reward model or any unbounded score, set pacs_label_transform='sigmoid' (label "
+        "sigmoid((score - pacs_label_offset) / pacs_label_temperature)) or 'clip'; otherwise make the reward "
+        "functions return values in [0, 1] (e.g. 1.0 correct / 0.0 wrong). The reward_weights must be >= 0 and "
+        f"sum to at most 1, e.g. reward_weights={[round(1 / len(weights), 4)] * len(weights)}."
     )

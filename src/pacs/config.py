@@ -266,16 +266,6 @@ class PACSConfig(GRPOConfig):
                 f"pacs_score={self.pacs_score!r} compares the completions of a prompt with each other and needs "
                 f"num_generations >= 2, got {G}; use num_generations=8 as in the paper."
             )
-        if self.use_liger_kernel:
-            from trl import GRPOTrainer
-
-            # TRL 1.15-1.x applies Liger's layer kernels only; earlier releases routed compute_loss through
-            # Liger's fused GRPO loss, which would bypass the PACS loss entirely.
-            if hasattr(GRPOTrainer, "compute_liger_loss"):
-                raise ValueError(
-                    "use_liger_kernel=True makes this TRL's GRPOTrainer compute Liger's fused GRPO loss instead of "
-                    "calling _compute_loss, so the PACS loss would never run; set use_liger_kernel=False."
-                )
         if (
             self.use_vllm
             and self.vllm_importance_sampling_correction

@@ -74,8 +74,8 @@ def main(model_dir, out_dir, per_device, grad_accum, steps_per_generation, itera
 if __name__ == "__main__":
     model_dir, out_dir, *numbers = sys.argv[1:]
     if "--no-shuffle" in numbers:  # groups in generation order, as the row exchange of the split path keeps them
-        import pacs.trainer
+        import pacs._compat
 
-        pacs.trainer.shuffle_groups = lambda seq_dict, group_size: seq_dict
+        pacs._compat.shuffle_groups = lambda seq_dict, group_size: seq_dict
     lora = "--lora" in numbers
     main(model_dir, out_dir, *[int(x) for x in numbers if not x.startswith("--")], lora=lora)

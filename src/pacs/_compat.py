@@ -1,0 +1,119 @@
+"""What `PACSTrainer` needs from the installed TRL and transformers, and the workarounds for what they lack.
+
+Each piece says when it can go:
+
+- `check_trl`: the import-time check that TRL has every `GRPOTrainer` hook `PACSTrainer` overrides or calls, and the
+  `VLLMGeneration` method `pacs.vllm_sync` replaces. Keep it as long as PACS overrides private methods; update
+  `_OVERRIDDEN` / `_USED` / `_VLLM_REPLACED` with every new override.
+- `group_shuffle` / `shuffle_groups`: `GRPOTrainer._prepare_inputs` shuffles the generation batch row by row through
+  the module global `shuffle_sequence_dict`; PACS swaps in a group-preserving twin while the parent method runs.
+  Remove when TRL shuffles by whole groups itself (or exposes the shuffle as a method to override).
+- `no_router_logits`: mixture-of-experts generation with `output_router_logits=True` fails in transformers'
+  `load_balancing_loss_func` on cached decoding steps. Remove when generation no longer computes the load-balancing
+  loss (transformers skips it under `use_cache`/`generate`, or TRL turns it off while generating).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+
+import torch
+import trl
+from packaging.version import Version
+from trl import GRPOTrainer
+from trl.generation.vllm_generation import VLLMGeneration
+from trl.trainer import grpo_trainer as _grpo_module
+
+
+__all__ = ["check_trl", "group_shuffle", "no_router_logits", "shuffle_groups"]
+
+_TRL_RANGE = (Version("1.15"), Version("2"))
+_OVERRIDDEN = (
+    "_calculate_rewards",
+    "_generate_and_score_completions",
+    "_generate_single_turn",
+    "_prepare_inputs",
+    "_compute_loss",
+    "_save_checkpoint",
+    "_load_optimizer_and_scheduler",
+)
+_USED = ("_get_per_token_logps_and_entropies",)
+_VLLM_REPLACED = ("_iter_named_params",)  # the LoRA push without drift (`pacs.vllm_sync.iter_merged_params`)
+
+
+def check_trl() -> None:
+    """Fail at import, with a fix, if the installed TRL lacks what `PACSTrainer` overrides or calls."""
+    version = Version(trl.__version__)
+    missing = [name for name in _OVERRIDDEN + _USED if not callable(getattr(GRPOTrainer, name, None))]
+    missing += [f"VLLMGeneration.{n}" for n in _VLLM_REPLACED if not callable(getattr(VLLMGeneration, n, None))]
+    if not hasattr(_grpo_module, "shuffle_sequence_dict"):
+        missing.append("trl.trainer.grpo_trainer.shuffle_sequence_dict")
+    if missing or not (_TRL_RANGE[0] <= version < _TRL_RANGE[1]):
+        raise ImportError(
+            f"pacs needs trl>={_TRL_RANGE[0]},<{_TRL_RANGE[1]} (GRPOTrainer with {', '.join(_OVERRIDDEN + _USED)}); "
+            f"found trl {trl.__version__}"
+            + (f" without {', '.join(missing)}" if missing else "")
+            + '. Install a supported version: pip install "trl>=1.15,<2".'
+        )
+
+
+def shuffle_groups(seq_dict: dict[str, Sequence | None], group_size: int) -> dict[str, Sequence | None]:
+    """Shuffle all sequence values of `seq_dict` along the first dimension by whole groups of `group_size` rows.
+
+    The group-preserving twin of TRL's `shuffle_sequence_dict`: rows `g*G .. g*G+G-1` stay together and in order.
+
+    >>> shuffle_groups({"x": torch.arange(4), "y": ["a", "b", "c", "d"], "n": torch.tensor(7)}, 2)["n"]
+    tensor(7)
+    """
+    batch_size = len(next(v for v in seq_dict.values() if v is not None))
+    if batch_size % group_size != 0:
+        raise ValueError(f"Cannot shuffle {batch_size} rows by whole groups of {group_size}.")
+    group_perm = torch.randperm(batch_size // group_size)
+    permutation = (group_perm[:, None] * group_size + torch.arange(group_size)).reshape(-1)  # (B,)
+
+    def permute(v):
+        if v is None or (isinstance(v, torch.Tensor) and v.ndim == 0):
+            return v
+        if isinstance(v, torch.Tensor):
+            return v[permutation.to(v.device)]
+        return [v[i] for i in permutation.tolist()]
+
+    return {key: permute(val) for key, val in seq_dict.items()}
+
+
+@contextlib.contextmanager
+def group_shuffle(group_size: int | None):
+    """While the parent `_prepare_inputs` runs: shuffle by whole groups of `group_size` (`None`: keep the order)."""
+    original = _grpo_module.shuffle_sequence_dict
+    keep = lambda seq_dict: seq_dict  # noqa: E731
+    # looked up at call time, so a test may replace `shuffle_groups`
+    _grpo_module.shuffle_sequence_dict = (
+        keep if group_size is None else lambda seq_dict: shuffle_groups(seq_dict, group_size=group_size)
+    )
+    try:
+        yield
+    finally:
+        _grpo_module.shuffle_sequence_dict = original
+
+
+@contextlib.contextmanager
+def no_router_logits(model):
+    """Turn `output_router_logits` off while generating (model config and text sub-config), then restore it.
+
+    Mixture-of-experts checkpoints whose config says `output_router_logits=True` (as TRL's SFTTrainer saves them)
+    compute the load-balancing loss in every forward, `generate`'s included. There, each cached decoding step has
+    router logits for one new token per row but the attention mask of the whole sequence, and transformers'
+    `load_balancing_loss_func` fails on their shapes as soon as the mask is kept, i.e. the prompts of the batch differ
+    in length (several groups: PACS's 4 optimizer steps per generation). Generation needs no router logits; the update
+    still gets its auxiliary loss (`_compute_loss` asks for it explicitly).
+    """
+    configs = {id(c): c for c in (model.config, model.config.get_text_config())}.values()
+    turned_off = [c for c in configs if getattr(c, "output_router_logits", False)]
+    for config in turned_off:
+        config.output_router_logits = False
+    try:
+        yield
+    finally:
+        for config in turned_off:
+            config.output_router_logits = True

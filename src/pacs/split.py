@@ -1,0 +1,200 @@
+"""The split path: groups cut by micro-batches (and processes) still get the exact whole-group gradient.
+
+Used when `per_device_train_batch_size` is not a multiple of `num_generations`, so a micro-batch holds part of a group.
+The PACS loss couples the completions of a group (the score $\\psi$ compares them), so it cannot be evaluated on part
+of one; but its gradient is $\\sum_i c_i \\nabla r_i$ with $c = \\partial L / \\partial r$ of the whole groups, in
+closed form (`pacs.loss.pacs_coefficients`). So:
+
+1. `split_layout` picks where the rows of an optimizer step live (or names a valid setting), and `exchange_rows`
+   redistributes the generation batch once when only the step over all processes holds whole groups.
+2. `attach_step_coefficients` runs when the first micro-batch of an optimizer step is prepared (before its graph
+   exists, so the extra forward without grad adds no peak memory): it takes $r$ of every row of the step, gathers the
+   step's rows of all processes into whole groups, computes $c$ and the step's loss, and stores them in the step's
+   micro-batches (`pacs_coef` `(B,)`, `pacs_step_loss` `()`). Nothing is kept on the trainer.
+3. `PACSTrainer._compute_loss` backpropagates $\\sum_i c_i r_i$ of each micro-batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+from trl.trainer import grpo_trainer as _grpo_module
+
+from ._grpo_terms import MULTIMODAL_KEYS, loss_mask
+from .loss import compute_reward_proxy, pacs_coefficients
+
+
+__all__ = ["attach_step_coefficients", "exchange_order", "exchange_rows", "split_layout", "step_batches"]
+
+
+def split_layout(
+    per_device_batch: int, grad_accum: int, steps_per_generation: int, world_size: int, num_generations: int
+) -> str:
+    """How the split path keeps every optimizer step made of whole groups, or a `ValueError` naming a valid setting.
+
+    Used when `per_device_batch` is not a multiple of `num_generations` (a micro-batch holds part of a group). Each
+    process generates a contiguous slice of the generation batch (TRL's layout, which vLLM server mode relies on).
+    Returns:
+
+    - `"local"`: the step spans the whole generation batch (`steps_per_generation == gradient_accumulation_steps`;
+      groups may span processes), or each process's share of it (`per_device_batch * grad_accum` rows) is a whole
+      number of groups: the rows stay where they were generated.
+    - `"exchange"`: only the step over all processes holds whole groups (`world_size * per_device_batch * grad_accum`
+      rows, e.g. 8 GPUs with one row each and groups of 8, several optimizer steps per generation): after each
+      generation the rows are redistributed once (one all-gather of the generation batch) so that every process holds
+      its share of every step's groups.
+
+    >>> split_layout(1, 8, 32, 1, 8)  # one GPU, 8 micro-batches of 1 per optimizer step, 4 steps per generation
+    'local'
+    >>> split_layout(1, 1, 4, 8, 8)  # 8 GPUs x 1 row: a group per optimizer step, spread over the 8 processes
+    'exchange'
+    """
+    P, GA, S, W, G = per_device_batch, grad_accum, steps_per_generation, world_size, num_generations
+    if S % GA != 0:
+        raise ValueError(
+            f"per_device_train_batch_size ({P}) is not a multiple of num_generations ({G}), so groups are split over "
+            f"micro-batches; then every optimizer step must lie within one generation batch: steps_per_generation "
+            f"({S}) must be a multiple of gradient_accumulation_steps ({GA}), e.g. steps_per_generation={4 * GA}."
+        )
+    if S == GA or (P * GA) % G == 0:
+        return "local"
+    if (W * P * GA) % G == 0:
+        return "exchange"
+    ga = G // math.gcd(W * P, G)  # smallest accumulation that makes W * P * GA a multiple of G
+    raise ValueError(
+        f"{W} process(es) x per_device_train_batch_size={P} x gradient_accumulation_steps={GA} = {W * P * GA} rows per "
+        f"optimizer step do not hold whole groups of num_generations={G}. Use gradient_accumulation_steps={ga} (with "
+        f"steps_per_generation={4 * ga} for 4 optimizer steps per generation), or steps_per_generation={GA} (one "
+        "optimizer step per generation; num_iterations > 1 for off-policy steps)."
+    )
+
+
+def exchange_order(rows_per_process: int, world_size: int, rows_per_step: int, num_generations: int) -> torch.Tensor:
+    """For `"exchange"` layouts: which rows of the gathered generation batch each process trains on, in order.
+
+    Optimizer step j takes the groups j*q .. (j+1)*q - 1 of the generation batch (q groups per step; the prompts are
+    already in random order, TRL's sampler shuffles them), and process p takes rows p*M .. (p+1)*M - 1 of them
+    (M = `rows_per_step` per process). Row `g*G + i` is completion i of group g, as TRL gathers them.
+
+    Returns:
+        `torch.Tensor` of shape `(world_size, rows_per_process)`: row `p` lists, step by step, process p's rows.
+
+    >>> exchange_order(4, 2, 2, 4).tolist()  # 2 processes, 2 groups of 4, 2 optimizer steps of 1 group each
+    [[0, 1, 4, 5], [2, 3, 6, 7]]
+    """
+    n, W, M = rows_per_process, world_size, rows_per_step
+    steps = n // M
+    return torch.arange(W * n).view(steps, W, M).transpose(0, 1).reshape(W, n)
+
+
+def exchange_rows(output: dict, accelerator, pad_token_id: int, rows_per_step: int, num_generations: int) -> dict:
+    """Redistribute the generation batch over processes so that each optimizer step holds whole groups.
+
+    One all-gather of the batch (its token ids, masks and per-token log-probabilities), then each process keeps its
+    rows of `exchange_order`; tensors are padded to the widest process first (prompts on the left).
+    """
+    unsupported = [key for key in MULTIMODAL_KEYS if output.get(key) is not None]
+    if unsupported:
+        raise ValueError(
+            f"Groups split over processes with rows exchanged between them do not support {unsupported}; use a "
+            "gradient_accumulation_steps that makes per_device_train_batch_size x gradient_accumulation_steps a "
+            "multiple of num_generations."
+        )
+    n = output["prompt_ids"].size(0)
+    order = exchange_order(n, accelerator.num_processes, rows_per_step, num_generations)
+    mine = order[accelerator.process_index].to(output["prompt_ids"].device)  # (n,)
+    exchanged = {}
+    for key, value in output.items():
+        if not (isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == n):
+            exchanged[key] = value  # scalars (num_items_in_batch) and the like
+            continue
+        if value.dim() >= 2:
+            pad = pad_token_id if key.endswith("_ids") else (1 if key == "tool_mask" else 0)
+            value = accelerator.pad_across_processes(value, dim=1, pad_index=pad, pad_first=key.startswith("prompt"))
+        exchanged[key] = accelerator.gather(value)[mine]
+    return exchanged
+
+
+def step_batches(trainer, inputs: dict) -> tuple[list[dict], bool] | None:
+    """The micro-batches of the optimizer step that `inputs` (the trainer's next micro-batch) belongs to, and whether
+    that step is on-policy (its first after a generation); `None` when `inputs` already carries its coefficients.
+
+    Reads GRPOTrainer's buffer (`_buffered_inputs`, one batch per micro-batch of a generation) and micro-batch counter
+    (`_step`): the one place the split path depends on TRL's buffer layout.
+    """
+    GA, S = trainer.current_gradient_accumulation_steps, trainer.args.steps_per_generation
+    step = trainer._step
+    if step % GA != 0 and "pacs_coef" in inputs:  # set at the step's first micro-batch
+        return None
+    start = step - step % GA  # first micro-batch of this optimizer step
+    first = start % S
+    on_policy = start % (S * trainer.num_iterations) < GA
+    return trainer._buffered_inputs[first : first + GA], on_policy
+
+
+@contextlib.contextmanager
+def _no_checkpointing(trainer):
+    # A forward without grad needs no activation checkpointing (and with use_reentrant=True it warns); TRL's helper.
+    with _grpo_module.disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
+        yield
+
+
+def _reward_proxy_without_grad(trainer, batch: dict, mask: torch.Tensor, on_policy: bool) -> torch.Tensor:
+    # r of the batch under the current policy, (B,): exactly 0 without a forward where the policy is the anchor
+    if trainer._proxy_is_zero(batch, on_policy):
+        return torch.zeros(mask.size(0), device=mask.device)
+    with torch.no_grad(), _no_checkpointing(trainer), trainer.compute_loss_context_manager():
+        logps, _, _ = trainer._per_token_logps(trainer.model, batch)
+    args = trainer.args
+    return compute_reward_proxy(logps, trainer._anchor_logps(batch), mask, args.pacs_beta, args.pacs_reward_proxy)
+
+
+def _whole_groups(accelerator, rows: dict[str, torch.Tensor], num_generations: int) -> dict[str, torch.Tensor]:
+    # every process's rows of the step, gathered and sorted by `pacs_index` into whole groups
+    index = accelerator.gather(rows["pacs_index"])
+    order = torch.argsort(index)
+    gathered = {key: accelerator.gather(value)[order] for key, value in rows.items() if key != "pacs_index"}
+    gathered["pacs_index"] = index = index[order]
+    G = num_generations
+    groups = index.view(-1, G) // G if index.numel() % G == 0 else None
+    if groups is None or not (groups == groups[:, :1]).all():
+        raise RuntimeError(
+            f"PACS split path: this optimizer step does not hold whole groups of num_generations={G} completions "
+            f"(rows {index.tolist()}); please report this with your batch settings."
+        )
+    return gathered
+
+
+def attach_step_coefficients(trainer, batches: list[dict], on_policy: bool) -> None:
+    """Store in each micro-batch of an optimizer step its coefficients c_i = dL/dr_i of the step's whole groups
+    (`pacs_coef`, `(B,)`) and the step's PACS loss (`pacs_step_loss`, `()`), and log the critic over those groups.
+
+    1. r of every row of the step on this process: exactly 0 on the first optimizer step after a generation with the
+       log-ratio proxy (`trainer._proxy_is_zero`), else one forward without grad per micro-batch; 2. gather r, labels
+       and weights of all processes into whole groups (`pacs_index`); 3. c in closed form (`pacs_coefficients`) over
+       all rows of the step, normalised by their number as the whole-group path is.
+    """
+    rows = {key: [] for key in ("pacs_index", "rewards", "labels", "weight", "valid")}
+    for batch in batches:
+        mask = loss_mask(batch)  # (B, T)
+        rows["pacs_index"].append(batch["pacs_index"])
+        rows["rewards"].append(_reward_proxy_without_grad(trainer, batch, mask, on_policy).float())
+        rows["labels"].append(batch["pacs_labels"].float())
+        rows["weight"].append(trainer._sample_weight(batch, mask, torch.float32))
+        rows["valid"].append(mask.sum(-1) > 0)
+    step = _whole_groups(
+        trainer.accelerator, {key: torch.cat(value) for key, value in rows.items()}, trainer.num_generations
+    )
+    args = trainer.args
+    coef, loss, stats = pacs_coefficients(
+        step["rewards"], step["labels"], trainer.num_generations, args.pacs_score, args.pacs_class_weight,
+        step["weight"], None if step["valid"].all() else step["valid"],
+    )  # fmt: skip
+    by_index = torch.zeros(args.generation_batch_size, device=coef.device, dtype=coef.dtype)
+    by_index[step["pacs_index"]] = coef
+    for batch in batches:
+        batch["pacs_coef"] = by_index[batch["pacs_index"]]  # (B,)
+        batch["pacs_step_loss"] = loss.detach()  # ()
+    trainer._log_pacs_metrics("train", loss, stats, step["labels"])
