@@ -1,0 +1,226 @@
+"""The weights vLLM samples from: a LoRA push that leaves the base weights untouched, and a monitor that sees stale ones.
+
+1. **LoRA push without drift.** TRL 1.16 pushes a PEFT model to vLLM by merging the adapters into the base weights, in
+   place, reading the merged weights, and unmerging them (`VLLMGeneration._iter_named_params`). In bf16,
+   W + ΔW - ΔW is not W: every push moves the frozen base weights by up to one rounding step, and the moves add up
+   (TRL issue #6688; `benchmarks/lora_push_drift.py` measures them, docs/recipes.md#lora). `install_lora_push`
+   replaces that one method, on the trainer's `vllm_generation` only, by `iter_merged_params`: the same parameters,
+   under the same names, gathered the same way under ZeRO-3, but each LoRA layer's merged weight W + scaling * B @ A
+   is computed out of place (`merged_tensor`, the value peft's own merge writes), one layer at a time; the base
+   weights are only read. Adapters peft cannot express as W + ΔW (DoRA and other LoRA variants, quantized or
+   non-LoRA tuner layers) and FSDP keep TRL's round trip, with a warning.
+2. **Weight-sync monitor.** TRL compares vLLM's sampling log-probs with the trainer's only when it corrects for them
+   (`vllm_importance_sampling_correction`); the recipes turn the correction off, as the authors do, and then a weight
+   push that silently fails (TRL #5312) leaves vLLM sampling from stale weights with nothing logged.
+   `log_sampling_gap` logs TRL's own metrics, `sampling/sampling_logp_difference/{mean,max}`, computed as TRL does,
+   at every generation when TRL does not, and warns once when the mean gap exceeds `STALE_GAP`.
+
+Both are installed by `PACSTrainer` (`__init__` and `_generate_and_score_completions`). What they need from TRL is
+checked at import (`pacs._compat.check_trl`).
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import torch
+from accelerate.utils import is_peft_model
+from trl.generation.vllm_generation import VLLMGeneration
+from trl.models.utils import disable_gradient_checkpointing
+
+from ._grpo_terms import forward_inputs, loss_mask
+
+
+__all__ = ["STALE_GAP", "install_lora_push", "iter_merged_params", "log_sampling_gap", "merged_tensor", "sampling_gap"]
+
+logger = logging.getLogger(__name__)
+
+# Mean gap per token (nats) between vLLM's sampling log-probs and the trainer's beyond which bf16 rounding cannot
+# explain it. bf16 keeps 8 significant bits; two different kernels computing the same log-prob in bf16 disagree by
+# 1e-3 to 1e-2 nats per token on average on dense models (docs/recipes.md#checking-vllm-on-a-gpu; under 0.02 in the
+# vLLM tier, vLLM in bf16 against a float32 trainer), a few 1e-2 on mixture-of-experts models where rounding flips a
+# routing decision, and about 1e-6 in float32. 0.1 is 10x the dense floor and 3x the MoE one, and far below what stale
+# weights give once training has moved them (0.3 to 1.6 in the vLLM tier with the push disabled). The max over tokens
+# is logged but not judged: one rare token can differ by more than 1 nat from rounding alone.
+STALE_GAP = 0.1
+
+
+# 1. the LoRA push ------------------------------------------------------------------------------------------------------
+def _lora_layers():
+    from peft.tuners.lora import layer
+
+    return layer.Linear, layer.Embedding
+
+
+def _exact(module) -> bool:
+    """`merged_tensor` gives this tuner layer's merged weights: a plain LoRA Linear or Embedding, no variant (DoRA...)."""
+    return type(module) in _lora_layers() and not getattr(module, "lora_variant", None)
+
+
+@torch.no_grad()
+def merged_tensor(layer, which: str = "weight") -> torch.Tensor:
+    """The `weight` (or `bias`) of a LoRA layer's base layer with its active, unmerged adapters added, out of place.
+
+    Bit for bit the value `peft`'s `merge` (as `PeftModel.merge_adapter`, TRL's push, calls it) writes into the base
+    layer: per adapter, `W += scaling * B @ A` in the promoted dtype, rounded once to W's dtype (Embedding: ΔW rounded
+    to W's dtype first, as peft does); for `lora_bias`, `b += scaling * lora_B.bias`. Nothing is written.
+
+    Args:
+        layer (`peft.tuners.lora.Linear` or `peft.tuners.lora.Embedding`):
+            The LoRA layer (a plain one: see `_exact`).
+        which (`str`, *optional*, defaults to `"weight"`):
+            `"weight"` or `"bias"`.
+    """
+    base = layer.get_base_layer()
+    tensor = getattr(base, which).data
+    dtype = tensor.dtype
+    embedding = isinstance(layer, _lora_layers()[1])
+    for adapter in layer.active_adapters:
+        if adapter in layer.merged_adapters or adapter not in (layer.lora_embedding_A if embedding else layer.lora_A):
+            continue
+        if which == "weight":
+            delta = layer.get_delta_weight(adapter)  # (out, in): scaling * B @ A, transposed for fan_in_fan_out
+            tensor = (tensor + (delta.to(dtype) if embedding else delta)).to(dtype)
+        elif layer.lora_bias.get(adapter, False):
+            tensor = (tensor + layer.lora_B[adapter].bias * layer.scaling[adapter]).to(dtype)
+    return tensor
+
+
+def iter_merged_params(self: VLLMGeneration):
+    """`VLLMGeneration._iter_named_params` for a PEFT model without the in-place merge: each parameter under the name
+    vLLM expects, a LoRA layer's base weight (and bias) replaced by `merged_tensor`, computed when its turn comes.
+
+    Same gathering as TRL's (the whole model under ZeRO-3: peft cannot merge a sharded layer), same names, same order,
+    same parameters skipped (the adapters themselves, `modules_to_save`' originals). Falls back to TRL's own method,
+    warning once, where this cannot be exact (see `install_lora_push`).
+    """
+    model = self.model
+    inexact = sorted({type(m).__name__ for m in model.modules() if _is_tuner_layer(m) and not _exact(m)})
+    if self._dist.is_fsdp or inexact:
+        _warn_round_trip(self, "FSDP" if self._dist.is_fsdp else f"tuner layers {', '.join(inexact)}")
+        yield from VLLMGeneration._iter_named_params(self)
+        return
+    with self._dist.gather_params(list(model.parameters())):
+        merged = {}  # id(base parameter) -> (LoRA layer, "weight" | "bias")
+        for module in model.modules():
+            if _is_tuner_layer(module):
+                base = module.get_base_layer()
+                merged[id(base.weight)] = (module, "weight")
+                if getattr(base, "bias", None) is not None:
+                    merged[id(base.bias)] = (module, "bias")
+        for name, param in model.named_parameters():
+            # TRL's naming, unchanged (`VLLMGeneration._iter_named_params`, DeepSpeed/plain branch)
+            name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+            if model.prefix in name or "original_module" in name:
+                continue
+            name = self._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
+            layer = merged.get(id(param))
+            yield name, param.data if layer is None else merged_tensor(*layer)
+
+
+def _is_tuner_layer(module) -> bool:
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return isinstance(module, BaseTunerLayer)
+
+
+def _warn_round_trip(generation, why: str) -> None:
+    if not getattr(generation, "_pacs_round_trip_warned", False):
+        generation._pacs_round_trip_warned = True
+        logger.warning(
+            "LoRA weight push: %s cannot be merged out of place, so TRL merges the adapters into the base weights and "
+            "unmerges them at every push; in bf16 this moves the frozen base weights a little at each push "
+            "(TRL issue #6688, docs/recipes.md#lora). Plain LoRA on Linear/Embedding layers under DDP or DeepSpeed "
+            "avoids it.",
+            why,
+        )
+
+
+def install_lora_push(trainer) -> None:
+    """Push a PEFT model to vLLM with `iter_merged_params` instead of TRL's in-place merge; no-op without vLLM or PEFT.
+
+    Replaces `_iter_named_params` on the trainer's `vllm_generation` instance only: `sync_weights` (colocate and
+    server mode) reads the parameters through it, and nothing else changes.
+    """
+    generation = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
+    if generation is not None and is_peft_model(generation.model):
+        generation._iter_named_params = types.MethodType(iter_merged_params, generation)
+
+
+# 2. the weight-sync monitor --------------------------------------------------------------------------------------------
+def sampling_gap(
+    trainer_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and max of |trainer - vLLM| log-prob per completion token, as TRL computes
+    `sampling/sampling_logp_difference` (one process's part; tokens vLLM could not score, NaN, left out).
+
+    Args:
+        trainer_logps (`torch.Tensor` of shape `(B, T)`): the trainer's log-probs of the sampled tokens.
+        sampling_logps (`torch.Tensor` of shape `(B, T)`): vLLM's, at sampling time.
+        mask (`torch.Tensor` of shape `(B, T)`): the tokens that count (completion mask x tool mask).
+
+    >>> sampling_gap(torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, float("nan")]]), torch.ones(1, 2))
+    (tensor(0.5000), tensor(0.5000))
+    """
+    delta = torch.abs(trainer_logps - sampling_logps)
+    delta = delta[mask.bool() & ~torch.isnan(delta)]
+    if delta.numel() == 0:
+        zero = torch.tensor(0.0, device=trainer_logps.device)
+        return zero, zero.clone()
+    return delta.mean(), delta.max()
+
+
+def log_sampling_gap(trainer, output: dict) -> None:
+    """Log `sampling/sampling_logp_difference/{mean,max}` for this generation where TRL did not, and warn once (all
+    processes run it: it gathers) when the mean gap exceeds `STALE_GAP`.
+
+    `output` is what `GRPOTrainer._generate_and_score_completions` returned: vLLM's log-probs
+    (`sampling_per_token_logps`) and, whenever TRL needed them, the trainer's (`old_per_token_logps`: with the
+    importance-sampling correction on, or when generation and optimizer steps are not aligned, PACS's default). When
+    TRL computed neither, the trainer's log-probs are computed here, without gradient, and not added to `output`.
+    """
+    sampling = output.get("sampling_per_token_logps")
+    if not getattr(trainer, "use_vllm", False) or sampling is None:
+        return
+    mode = "train" if trainer.model.training else "eval"
+    logps = output.get("old_per_token_logps")
+    if logps is None:
+        logps = _trainer_logps(trainer, output, mode)
+    mean, max_ = sampling_gap(logps, sampling, loss_mask(output))
+    gather = trainer.accelerator.gather
+    mean, max_ = gather(mean).mean().item(), gather(max_).max().item()  # TRL's reduction over processes
+    if not trainer.vllm_importance_sampling_correction:  # with it on, TRL has logged the same two numbers
+        trainer._metrics[mode]["sampling/sampling_logp_difference/mean"].append(mean)
+        trainer._metrics[mode]["sampling/sampling_logp_difference/max"].append(max_)
+    if mean > STALE_GAP and not getattr(trainer, "_pacs_stale_warned", False):
+        trainer._pacs_stale_warned = True
+        if trainer.accelerator.is_main_process:
+            logger.warning(_STALE_MESSAGE, mean, STALE_GAP, max_, trainer.state.global_step)
+
+
+_STALE_MESSAGE = """
+================================================================================================================
+STALE vLLM WEIGHTS? vLLM's sampling log-probs differ from the trainer's by %.3g nats per token on average (bf16
+rounding explains up to ~%.2g; max %.3g) at step %d. vLLM is most likely sampling from stale weights: the weight push
+to vLLM failed or did not run (TRL #5312), so training is off-policy without knowing it. Check that vLLM and the
+trainer load the same checkpoint, that sync_weights runs (colocate: vllm_enable_sleep_mode; server: the NCCL weight
+group), and watch sampling/sampling_logp_difference/mean: at the bf16 floor it stays around 1e-3 to 1e-2.
+================================================================================================================"""
+
+
+@torch.no_grad()
+def _trainer_logps(trainer, output: dict, mode: str) -> torch.Tensor:
+    """The trainer's log-probs `(B, T)` of the completion tokens, computed as TRL computes `old_per_token_logps`."""
+    completion_ids = output["completion_ids"]
+    args = trainer.args
+    with disable_gradient_checkpointing(trainer.model, args.gradient_checkpointing_kwargs):
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model,
+            torch.cat([output["prompt_ids"], completion_ids], dim=1),
+            torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+            completion_ids.size(1),
+            batch_size=args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size,
+            **forward_inputs(output),
+        )
+    return logps
