@@ -148,6 +148,15 @@ def test_install_replaces_the_push_on_peft_models_only(tokenizer):
     install_lora_push(SimpleNamespace(use_vllm=False))  # no vLLM: nothing to do
 
 
+def test_import_check_names_the_replaced_vllm_method(monkeypatch):
+    # a TRL that renamed the method would silently bring the in-place round trip back
+    from pacs import _compat
+
+    monkeypatch.setattr(VLLMGeneration, "_iter_named_params", None)
+    with pytest.raises(ImportError, match=r"without VLLMGeneration\._iter_named_params"):
+        _compat.check_trl()
+
+
 # the weight-sync monitor -------------------------------------------------------------------------------------------
 def test_sampling_gap_masks_and_skips_nan():
     trainer = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]])
