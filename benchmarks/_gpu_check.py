@@ -83,25 +83,6 @@ def make_trainer(algorithm, model, tokenizer, args, reward, completions: dict, s
 
     from pacs import PACSTrainer
 
-    class Timed(PACSTrainer if "pacs" in algorithm else GRPOTrainer):
-        def _generate_single_turn(self, prompt_ids, *a, **kw):
-            if completions is None:
-                return super()._generate_single_turn(prompt_ids, *a, **kw)
-            if "ids" not in completions:
-                start = time.perf_counter()
-                if synthetic:
-                    gen = torch.Generator().manual_seed(0)
-                    ids = torch.randint(8, self.model.config.vocab_size, (len(prompt_ids), synthetic), generator=gen)
-                    completions["ids"] = (ids.tolist(), None)
-                else:
-                    completions["ids"] = super()._generate_single_turn(prompt_ids, *a, **kw)
-                    completions["generation_s"] = time.perf_counter() - start
-            return completions["ids"]
-
-        def _compute_loss(self, model, inputs):
-            self.saw_reference |= "pacs_ref_per_token_logps" in inputs
-            return super()._compute_loss(model, inputs)
-
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **kw):
             self.start = time.perf_counter()
@@ -110,10 +91,32 @@ def make_trainer(algorithm, model, tokenizer, args, reward, completions: dict, s
             torch.cuda.synchronize() if cuda() else None
             trainer.step_s.append(time.perf_counter() - self.start)
 
-    trainer = Timed(model=model, reward_funcs=reward, args=args, train_dataset=dataset(), processing_class=tokenizer,
-                    callbacks=[StepTimer()], **kwargs)  # fmt: skip
+    trainer_cls = PACSTrainer if "pacs" in algorithm else GRPOTrainer
+    trainer = trainer_cls(model=model, reward_funcs=reward, args=args, train_dataset=dataset(),
+                          processing_class=tokenizer, callbacks=[StepTimer()], **kwargs)  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # the log dicts, printed by Trainer when tqdm is off
     trainer.step_s, trainer.saw_reference = [], False
+    generate, compute_loss = trainer._generate_single_turn, trainer._compute_loss  # wrapped on the instance
+
+    def generate_once(prompt_ids, *a, **kw):
+        if "ids" not in completions:
+            start = time.perf_counter()
+            if synthetic:
+                gen = torch.Generator().manual_seed(0)
+                ids = torch.randint(8, trainer.model.config.vocab_size, (len(prompt_ids), synthetic), generator=gen)
+                completions["ids"] = (ids.tolist(), None)
+            else:
+                completions["ids"] = generate(prompt_ids, *a, **kw)  # lists of ids: already synchronised
+                completions["generation_s"] = time.perf_counter() - start
+        return completions["ids"]
+
+    def spy_loss(model, inputs):
+        trainer.saw_reference |= "pacs_ref_per_token_logps" in inputs
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = spy_loss
+    if completions is not None:
+        trainer._generate_single_turn = generate_once
     return trainer
 
 
