@@ -1,7 +1,7 @@
 """How far does TRL's LoRA weight push move the frozen base weights in bf16? Drift after N merge/unmerge round trips.
 
-    nice -n 5 python benchmarks/lora_push_drift.py                       # ~4 min on 2 shared CPU cores
-    python benchmarks/lora_push_drift.py --pushes 10 --shape 64 128      # seconds
+    nice -n 5 python benchmarks/lora_push_drift.py                       # ~8 min on 2 shared CPU cores
+    python benchmarks/lora_push_drift.py --smoke                         # seconds: 10 pushes on a 64 x 128 layer
 
 At every weight push to vLLM, TRL 1.16 (`VLLMGeneration._iter_named_params`) merges the adapters into the base
 weights in place and unmerges them after reading (peft: `W += ΔW`, then `W -= ΔW`, ΔW = scaling * B @ A); in bf16
@@ -98,7 +98,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--step", type=float, nargs="+", default=[4e-5, 4e-4], help="B's move per push (std)")
     parser.add_argument("--check", type=int, default=5, help="pushes checked against peft's merge / unmerge")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--smoke", action="store_true", help="10 pushes on a 64 x 128 layer, r 4 (tests)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.shape, args.r, args.alpha, args.pushes = [64, 128], 4, 4, 10
     results = {"args": vars(args), "runs": []}
     print(f"LoRA layer {args.shape[0]} x {args.shape[1]}, r {args.r}, alpha {args.alpha}, base weight bf16 std 0.02")
     header = "max|D|  max|D|/max|W|  rms(D)/std(W)  moved  ||D||/||dW||  max|D|/max|dW|"

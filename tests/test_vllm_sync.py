@@ -148,6 +148,20 @@ def test_install_replaces_the_push_on_peft_models_only(tokenizer):
     install_lora_push(SimpleNamespace(use_vllm=False))  # no vLLM: nothing to do
 
 
+def test_drift_benchmark_smoke(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "lora_push_drift.py"
+    spec = importlib.util.spec_from_file_location("lora_push_drift", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    runs = bench.main(["--smoke"])["runs"]  # checks itself against peft's merge / unmerge and merged_tensor
+    assert len(runs) == 4 and all([row["pushes"] for row in run["rows"]] == [1, 10] for run in runs)
+    assert all(run["rows"][-1]["max_abs"] > 0 for run in runs), "TRL's round trip moves bf16 base weights"
+    assert "pacs.vllm_sync" in capsys.readouterr().out
+
+
 def test_import_check_names_the_replaced_vllm_method(monkeypatch):
     # a TRL that renamed the method would silently bring the in-place round trip back
     from pacs import _compat
