@@ -13,7 +13,10 @@ are pure (no trainer needed) so that `PACSTrainer`, `examples/train_qwen.py` and
   completion, not NaN, a string or a bare scalar.
 - [`UnlabeledBatchTracker`]: warns on every generation batch in which no completion got a reward, and stops the run
   after [`MAX_UNLABELED_BATCHES`] such batches in a row.
-- [`check_model_path`]: a model argument that is meant as a local directory exists.
+- [`check_model_path`]: a model argument that is meant as a local directory exists (hub ids by `huggingface_hub`'s
+  own rules).
+- [`check_trainer_args`], [`check_eval_batch`], [`label_range_error`]: `PACSTrainer`'s `args`, its evaluation batch,
+  and the error for a label outside [0, 1].
 
 >>> def my_reward(completions, answer, **kwargs):
 ...     return [1.0 for _ in completions]
@@ -33,7 +36,6 @@ import logging
 import math
 import numbers
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -64,8 +66,6 @@ _NOT_FORWARDED = frozenset({"prompt", "completion", "completion_ids"})
 
 MAX_UNLABELED_BATCHES = 3
 """[`UnlabeledBatchTracker`] stops the run after this many consecutive generation batches without a single reward."""
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # "name" or "owner/name"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -147,18 +147,7 @@ def check_train_dataset(
     if columns is not None and environment_factory is not None:
         _check_environments(columns, environment_factory, remove_unused_columns, name)
     if columns is not None and environment_factory is None:
-        if "prompt" not in columns:
-            source = next((c for c in ("problem", "question", "messages", "query", "input") if c in columns), None)
-            fix = (
-                f'dataset.rename_column("{source}", "prompt")'
-                if source
-                else 'dataset.rename_column("<your column>", "prompt")'
-            )
-            raise ValueError(
-                f"{name} has no 'prompt' column (its columns are {columns}); TRL generates from `prompt`, a string or "
-                f"a list of {{'role', 'content'}} messages. Rename the column that holds the prompts, e.g. {fix}, "
-                "or load the data with `pacs.data.load_train_dataset(path, problem_column=..., answer_column=...)`."
-            )
+        _check_prompt_column(columns, name)
     if hasattr(dataset, "__len__") and not _is_iterable_dataset(dataset) and len(dataset) == 0:
         raise ValueError(
             f"{name} is empty (0 rows, columns {columns}), so there is nothing to train on. Check the file or split "
@@ -169,61 +158,86 @@ def check_train_dataset(
 
     funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
     names = list(reward_func_names) if reward_func_names is not None else [None] * len(funcs)
-    kept = _kept_columns(columns, remove_unused_columns)
     # `environments` only with an environment_factory (TRL's `self.environments`)
     trl_kwargs = TRL_REWARD_KWARGS if environment_factory is not None else TRL_REWARD_KWARGS - {"environments"}
-    available = trl_kwargs | (set(kept) - _NOT_FORWARDED)
+    available = trl_kwargs | (set(_kept_columns(columns, remove_unused_columns)) - _NOT_FORWARDED)
     for func, func_name in zip(funcs, names):
         if isinstance(func, str) or not callable(func) or _is_module(func):
             continue  # a reward model: TRL feeds it the text, not keywords
-        func_name = func_name or _callable_name(func)
-        try:
-            signature = inspect.signature(func)
-        except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to check
-            continue
-        params = list(signature.parameters.values())
-        unexpected = _unexpected_keywords(params, available)
-        if unexpected:
+        _check_reward_signature(
+            func, func_name or _callable_name(func), name, columns, trl_kwargs, available, rollout_func
+        )
+
+
+def _check_prompt_column(columns: list[str], name: str) -> None:
+    if "prompt" in columns:
+        return
+    source = next((c for c in ("problem", "question", "messages", "query", "input") if c in columns), None)
+    fix = (
+        f'dataset.rename_column("{source}", "prompt")'
+        if source
+        else 'dataset.rename_column("<your column>", "prompt")'
+    )
+    raise ValueError(
+        f"{name} has no 'prompt' column (its columns are {columns}); TRL generates from `prompt`, a string or "
+        f"a list of {{'role', 'content'}} messages. Rename the column that holds the prompts, e.g. {fix}, "
+        "or load the data with `pacs.data.load_train_dataset(path, problem_column=..., answer_column=...)`."
+    )
+
+
+def _check_reward_signature(func, func_name, name, columns, trl_kwargs, available, rollout_func) -> None:
+    """One reward function against the keywords TRL will call it with (`available`: TRL's own and the columns)."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to check
+        return
+    params = list(signature.parameters.values())
+    unexpected = _unexpected_keywords(params, available)
+    if unexpected:
+        raise ValueError(
+            f"The reward function {func_name}{signature} does not take **kwargs, but TRL calls every reward "
+            f"function with the keywords {sorted(trl_kwargs)} and every column of {name} ({columns}), so "
+            f"{unexpected} would be unexpected keyword arguments. Add **kwargs to its parameters: "
+            f"def {func_name}(completions, ..., **kwargs)."
+        )
+    for param in _required(params):
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
             raise ValueError(
-                f"The reward function {func_name}{signature} does not take **kwargs, but TRL calls every reward "
-                f"function with the keywords {sorted(trl_kwargs)} and every column of {name} ({columns}), so "
-                f"{unexpected} would be unexpected keyword arguments. Add **kwargs to its parameters: "
-                f"def {func_name}(completions, ..., **kwargs)."
+                f"The reward function {func_name}{signature} has the positional-only parameter {param.name!r}, "
+                "but TRL passes everything by keyword; make it a regular parameter (drop the `/`)."
             )
-        for param in _required(params):
-            if param.kind is inspect.Parameter.POSITIONAL_ONLY:
-                raise ValueError(
-                    f"The reward function {func_name}{signature} has the positional-only parameter {param.name!r}, "
-                    "but TRL passes everything by keyword; make it a regular parameter (drop the `/`)."
-                )
-            if param.name in available or rollout_func is not None:
-                continue
-            if param.name == "environments" and "environments" not in columns:
-                raise ValueError(
-                    f"The reward function {func_name} needs the keyword `environments`, which TRL passes only to the "
-                    "rewards of a trainer built with an `environment_factory` (one environment instance per "
-                    f"completion). Pass environment_factory=..., or give the parameter a default: "
-                    f"def {func_name}(completions, environments=None, **kwargs)."
-                )
-            if param.name in ("prompt", "completion"):
-                raise ValueError(
-                    f"The reward function {func_name} needs the keyword `{param.name}`, which TRL never passes: it "
-                    f"passes the prompts as `prompts` and the completions as `completions`. Rename the parameter to "
-                    f"`{param.name}s`."
-                )
-            if param.name in columns:  # remove_unused_columns=True dropped it
-                raise ValueError(
-                    f"The reward function {func_name} needs the column {param.name!r}, but remove_unused_columns=True "
-                    "makes TRL drop every column but 'prompt' before the reward functions see it; set "
-                    "remove_unused_columns=False (GRPOConfig's default)."
-                )
-            raise ValueError(
-                f"The reward function {func_name} needs the keyword `{param.name}`, but {name} has no column "
-                f"{param.name!r} (its columns are {columns}); TRL passes each dataset column to the reward functions "
-                f"under its own name. Rename the column that holds it, e.g. {_rename_hint(param.name, columns)}, or "
-                f"map it in the reward function: functools.partial({func_name}, {param.name}=...) for a constant, or "
-                f"lambda completions, **kw: {func_name}(completions, {param.name}=kw['<column>'], **kw)."
-            )
+        if param.name not in available and rollout_func is None:
+            raise _missing_keyword_error(func_name, param.name, name, columns)
+
+
+def _missing_keyword_error(func_name: str, keyword: str, name: str, columns: list[str]) -> ValueError:
+    """Why TRL would not pass the required parameter `keyword` to the reward function, and the fix."""
+    if keyword == "environments" and "environments" not in columns:
+        return ValueError(
+            f"The reward function {func_name} needs the keyword `environments`, which TRL passes only to the "
+            "rewards of a trainer built with an `environment_factory` (one environment instance per "
+            f"completion). Pass environment_factory=..., or give the parameter a default: "
+            f"def {func_name}(completions, environments=None, **kwargs)."
+        )
+    if keyword in ("prompt", "completion"):
+        return ValueError(
+            f"The reward function {func_name} needs the keyword `{keyword}`, which TRL never passes: it "
+            f"passes the prompts as `prompts` and the completions as `completions`. Rename the parameter to "
+            f"`{keyword}s`."
+        )
+    if keyword in columns:  # remove_unused_columns=True dropped it
+        return ValueError(
+            f"The reward function {func_name} needs the column {keyword!r}, but remove_unused_columns=True "
+            "makes TRL drop every column but 'prompt' before the reward functions see it; set "
+            "remove_unused_columns=False (GRPOConfig's default)."
+        )
+    return ValueError(
+        f"The reward function {func_name} needs the keyword `{keyword}`, but {name} has no column "
+        f"{keyword!r} (its columns are {columns}); TRL passes each dataset column to the reward functions "
+        f"under its own name. Rename the column that holds it, e.g. {_rename_hint(keyword, columns)}, or "
+        f"map it in the reward function: functools.partial({func_name}, {keyword}=...) for a constant, or "
+        f"lambda completions, **kw: {func_name}(completions, {keyword}=kw['<column>'], **kw)."
+    )
 
 
 _KEPT_COLUMNS = ("prompt", "image", "images")
@@ -522,6 +536,17 @@ class UnlabeledBatchTracker:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+def _is_hub_id(text: str) -> bool:
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(text)  # "name" or "owner/name", the hub's own rules
+    except HFValidationError:
+        return False
+    return True
+
+
 def check_model_path(name_or_path: str | os.PathLike) -> str:
     """Fail clearly when a model argument meant as a local directory does not exist; pass hub ids through untouched.
 
@@ -557,7 +582,7 @@ def check_model_path(name_or_path: str | os.PathLike) -> str:
         or text.count("/") > 1
         or text.endswith("/")
         or ("/" in text and os.path.isdir(first))
-        or not _HUB_ID.match(text)
+        or not _is_hub_id(text)
     )
     if not looks_local:
         return text

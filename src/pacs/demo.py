@@ -393,6 +393,65 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
     return (GRPOConfig if algorithm == "grpo" else RLOOConfig)(**kwargs)
 
 
+def _build_trainer(args, algorithm: str, model, tokenizer, train_dataset, trainer_cls, progress: bool):
+    # the algorithm's trainer with LoRA adapters on every linear layer and the demo's config (see `trainer_config`)
+    from peft import LoraConfig
+    from transformers import PrinterCallback
+
+    from .rewards import boxed_math_reward
+
+    config = trainer_config(args, str(Path(args.output_dir) / "trainer"), algorithm)
+    if trainer_cls is None:
+        if algorithm == "pacs":
+            from . import PACSTrainer as trainer_cls
+        elif algorithm == "grpo":
+            from trl import GRPOTrainer as trainer_cls
+        else:
+            from trl import RLOOTrainer as trainer_cls
+    peft_config = LoraConfig(
+        r=args.lora_r,
+        lora_alpha=2 * args.lora_r,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=[boxed_math_reward],
+        args=config,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[_progress_callback(args.max_steps, ALGORITHMS[algorithm])] if progress else None,
+    )
+    trainer.remove_callback(PrinterCallback)  # added by disable_tqdm=True; it would print every log dict
+    return trainer
+
+
+def _result(args, algorithm: str, before: dict, after: dict, history: list[dict]) -> dict:
+    # what was measured, for demo_metrics.json (the timings are added by the caller)
+    return {
+        "model": args.model,
+        "model_name": Path(args.model).name,
+        "algorithm": algorithm,
+        "seed": args.seed,
+        "eval_seed": args.seed + EVAL_SEED_OFFSET,
+        "max_steps": args.max_steps,
+        "settings": {k: v for k, v in vars(args).items() if k != "func"},
+        "before": before,
+        "after": after,
+        "change": paired_change(before, after),
+        "per_step": {
+            "reward": _per_step(history, "reward"),
+            "critic_accuracy": _per_step(history, "pacs/critic_accuracy", off_policy_only=True),
+            "pacs_loss": _per_step(history, "pacs/loss"),
+            "frac_mixed_groups": _per_step(history, "pacs/frac_mixed_groups"),
+            "grad_norm": _per_step(history, "grad_norm"),
+        },
+        "log_history": history,
+    }
+
+
 def train_and_evaluate(
     args: argparse.Namespace,
     algorithm: str = "pacs",
@@ -419,10 +478,7 @@ def train_and_evaluate(
         `dict`, the content of `demo_metrics.json` (without the plot).
     """
     import torch
-    from peft import LoraConfig
-    from transformers import PrinterCallback, set_seed
-
-    from .rewards import boxed_math_reward
+    from transformers import set_seed
 
     start, cpu_start = time.perf_counter(), time.process_time()
     output_dir = Path(args.output_dir)
@@ -447,31 +503,7 @@ def train_and_evaluate(
     logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
 
     # 4. LoRA training with the chosen algorithm; everything else identical (see `trainer_config`).
-    config = trainer_config(args, str(output_dir / "trainer"), algorithm)
-    if trainer_cls is None:
-        if algorithm == "pacs":
-            from . import PACSTrainer as trainer_cls
-        elif algorithm == "grpo":
-            from trl import GRPOTrainer as trainer_cls
-        else:
-            from trl import RLOOTrainer as trainer_cls
-    peft_config = LoraConfig(
-        r=args.lora_r,
-        lora_alpha=2 * args.lora_r,
-        lora_dropout=0.0,
-        target_modules="all-linear",
-        task_type="CAUSAL_LM",
-    )
-    trainer = trainer_cls(
-        model=model,
-        reward_funcs=[boxed_math_reward],
-        args=config,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=[_progress_callback(args.max_steps, ALGORITHMS[algorithm])] if progress else None,
-    )
-    trainer.remove_callback(PrinterCallback)  # added by disable_tqdm=True; it would print every log dict
+    trainer = _build_trainer(args, algorithm, model, tokenizer, train_dataset, trainer_cls, progress)
     train_start, train_cpu_start = time.perf_counter(), time.process_time()
     trainer.train()
     train_time, train_cpu = time.perf_counter() - train_start, time.process_time() - train_cpu_start
@@ -488,25 +520,7 @@ def train_and_evaluate(
     with contextlib.suppress(OSError):
         (output_dir / "trainer").rmdir()  # nothing is saved there (save_strategy="no"); drop the empty folder
     history = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
-    return {
-        "model": args.model,
-        "model_name": Path(args.model).name,
-        "algorithm": algorithm,
-        "seed": args.seed,
-        "eval_seed": args.seed + EVAL_SEED_OFFSET,
-        "max_steps": args.max_steps,
-        "settings": {k: v for k, v in vars(args).items() if k != "func"},
-        "before": before,
-        "after": after,
-        "change": paired_change(before, after),
-        "per_step": {
-            "reward": _per_step(history, "reward"),
-            "critic_accuracy": _per_step(history, "pacs/critic_accuracy", off_policy_only=True),
-            "pacs_loss": _per_step(history, "pacs/loss"),
-            "frac_mixed_groups": _per_step(history, "pacs/frac_mixed_groups"),
-            "grad_norm": _per_step(history, "grad_norm"),
-        },
-        "log_history": history,
+    return _result(args, algorithm, before, after, history) | {
         "model_resolve_s": resolve_seconds,
         "train_time_s": train_time,
         "train_cpu_s": train_cpu,

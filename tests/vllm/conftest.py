@@ -2,13 +2,14 @@
 virtualenv (`.venv-vllm/`), and by CI after the main suite.
 
 Collected only where vLLM is installed (the main suite's environment has none, and `make test` deselects the `vllm`
-marker as well). Every test here runs with [`pacs.testing.vllm_cpu_weight_push`], which makes TRL's colocate weight
-push work on vLLM's CPU build; nothing outside this tier uses it.
+marker as well). Every test here runs with `vllm_cpu_weight_push` (`_push.py`, next to this file), which makes TRL's
+colocate weight push work on vLLM's CPU build; outside this tier only benchmarks/vllm_gpu_check.py --smoke uses it.
 """
 
 import contextlib
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -48,7 +49,8 @@ def vllm_moe_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(autouse=True)
 def weight_push():
-    from pacs.testing import vllm_cpu_weight_push
+    sys.path.insert(0, os.path.dirname(__file__))  # this folder, for _push.py (never tests/: it would shadow vllm)
+    from _push import vllm_cpu_weight_push
 
     with vllm_cpu_weight_push():
         yield
