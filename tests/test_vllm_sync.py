@@ -2,7 +2,10 @@
 weight-sync monitor on hand-made tensors. With the real engine: tests/vllm/test_vllm_sync.py."""
 
 import contextlib
+import json
 import logging
+import os
+import subprocess
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -11,7 +14,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
-from pacs.testing import build_qwen3, build_tiny_tokenizer
+from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, build_qwen3, build_tiny_tokenizer
 from pacs.vllm_sync import STALE_GAP, install_lora_push, iter_merged_params, log_sampling_gap, sampling_gap
 
 
@@ -146,6 +149,70 @@ def test_install_replaces_the_push_on_peft_models_only(tokenizer):
     install_lora_push(SimpleNamespace(use_vllm=True, vllm_generation=plain_gen))
     assert "_iter_named_params" not in vars(plain_gen)
     install_lora_push(SimpleNamespace(use_vllm=False))  # no vLLM: nothing to do
+
+
+ZERO3_SCRIPT = """
+import json, sys
+import deepspeed, torch
+from datasets import Dataset
+from peft import LoraConfig
+from trl.distributed import DistributedBackend
+from trl.generation.vllm_generation import VLLMGeneration
+from pacs import PACSTrainer
+from pacs.testing import tiny_pacs_config
+from pacs.vllm_sync import iter_merged_params
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2) for c in completions]
+
+model_dir, out = sys.argv[1:3]
+lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], task_type="CAUSAL_LM")
+dataset = Dataset.from_dict({"prompt": [f"What is {i}?" for i in range(16)]})
+args = tiny_pacs_config(out, max_steps=2, learning_rate=5e-2)
+trainer = PACSTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset, peft_config=lora)
+trainer.train()  # the adapters move; DeepSpeed has partitioned every parameter
+model, params = trainer.model, list(trainer.model.parameters())
+generation = VLLMGeneration.__new__(VLLMGeneration)
+generation.model, generation._dist = model, DistributedBackend(trainer.accelerator)
+
+def gathered():
+    with deepspeed.zero.GatheredParameters(params):
+        return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+before = gathered()
+ours = [(name, t.clone()) for name, t in iter_merged_params(generation)]
+after = gathered()
+theirs = [(name, t.clone()) for name, t in VLLMGeneration._iter_named_params(generation)]
+record = {
+    "zero3": generation._dist.is_zero3,
+    "partitioned": any(p.numel() == 0 for p in params) and all(hasattr(p, "ds_id") for p in params),
+    "lora_b_moved": max(p.abs().max().item() for n, p in before.items() if "lora_B" in n) > 1e-3,
+    "names_equal": [n for n, _ in ours] == [n for n, _ in theirs],
+    "values_equal": all(torch.equal(a, b) for (_, a), (_, b) in zip(ours, theirs)),
+    "merged_differs": not torch.equal(dict(ours)["model.layers.0.self_attn.q_proj.weight"],
+        before["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"]),
+    "base_untouched": all(torch.equal(before[n], after[n]) for n in before),
+    "pushed": len(ours),
+}
+json.dump(record, open(f"{out}/rank0.json", "w"))
+"""
+
+
+@pytest.mark.distributed
+def test_out_of_place_push_under_deepspeed_zero3(tiny_model_dir, tmp_path):
+    # ZeRO-3 shards every parameter: the push gathers the whole model, as TRL's does, and merges out of place
+    (tmp_path / "out").mkdir()
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
+    (tmp_path / "push.py").write_text(ZERO3_SCRIPT)
+    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29527"]
+    cmd += [str(tmp_path / "push.py"), tiny_model_dir, str(tmp_path / "out")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    record = json.loads((tmp_path / "out" / "rank0.json").read_text())
+    assert record["zero3"] and record["partitioned"] and record["lora_b_moved"], record
+    assert record["pushed"] > 0 and record["names_equal"] and record["values_equal"], record
+    assert record["merged_differs"] and record["base_untouched"], record
 
 
 def test_drift_benchmark_smoke(capsys):
