@@ -4,7 +4,8 @@
 #     run  command="bash benchmarks/gpu_run.sh"  carry=[".gpu-bundle"]  timeout_s=450
 #
 # 1. Installs what the image lacks from .gpu-bundle/ (built here by `make gpu-bundle`) into the image's python, with no
-#    index (pip keeps every installed package that satisfies a requirement), and prints what it installed or changed.
+#    index (pip keeps every installed package that satisfies a requirement), and prints what it installed or changed;
+#    if site-packages cannot be written (or GPU_INSTALL_TARGET=DIR is set), into /tmp/gpu-site (or DIR) on PYTHONPATH.
 # 2. Runs benchmarks/gpu_check.py (its own time budget: 330 s by default on a GPU), writing gpu_check.{json,md}.
 # 3. Copies gpu_check.{json,md}, install.log and check.log to $OUT (what the device tool brings back).
 # Extra arguments go to gpu_check.py, e.g. `bash benchmarks/gpu_run.sh --sections zero3,split_lora`.
@@ -30,11 +31,30 @@ find_links=(--find-links "$BUNDLE")
 [ -n "${GPU_EXTRA_WHEELS:-}" ] && find_links+=(--find-links "$GPU_EXTRA_WHEELS")
 # hermetic: no pip configuration or PIP_* variable of the machine adds an index or a wheel folder
 nopip=(env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_CONSTRAINT PIP_CONFIG_FILE=/dev/null)
-"${nopip[@]}" $PY -m pip install --no-index --no-compile "${find_links[@]}" -r "$BUNDLE/requirements.txt" 2>&1 | tee "$RESULTS/install.log"
-install_rc=${PIPESTATUS[0]}
-# pacs from the bundle even when the same version is installed already (a warm machine, an earlier run)
-[ "$install_rc" = 0 ] && "${nopip[@]}" $PY -m pip install -q --no-index --no-compile --no-deps --force-reinstall "${find_links[@]}" \
-  "$(grep '^pacs==' "$BUNDLE/requirements.txt")" 2>&1 | tee -a "$RESULTS/install.log"
+pip_install() { "${nopip[@]}" $PY -m pip install --no-index --no-compile "${find_links[@]}" "$@"; }
+site=${GPU_INSTALL_TARGET:-}  # set: install into that folder (on PYTHONPATH) instead of the image's site-packages
+if [ -z "$site" ]; then
+  pip_install -r "$BUNDLE/requirements.txt" 2>&1 | tee "$RESULTS/install.log"
+  install_rc=${PIPESTATUS[0]}
+  # pacs from the bundle even when the same version is installed already (a warm machine, an earlier run)
+  [ "$install_rc" = 0 ] && pip_install -q --no-deps --force-reinstall "$(grep '^pacs==' "$BUNDLE/requirements.txt")" \
+    2>&1 | tee -a "$RESULTS/install.log"
+  if [ "$install_rc" != 0 ] && grep -qiE "permission denied|read-only file system" "$RESULTS/install.log"; then
+    site=/tmp/gpu-site  # the image's site-packages cannot be written: the fallback below
+  fi
+fi
+if [ -n "$site" ]; then
+  # resolve against the image (a dry run writes nothing), then put exactly the wheels pip chose into $site, which
+  # PYTHONPATH puts ahead of the image's site-packages (so a changed version, e.g. fsspec, wins)
+  echo "== installing into $site (PYTHONPATH)" | tee -a "$RESULTS/install.log"
+  pip_install -q --dry-run --report "$RESULTS/install-report.json" -r "$BUNDLE/requirements.txt" 2>&1 | tee -a "$RESULTS/install.log"
+  mapfile -t wheels < <($PY -c 'import json, sys, urllib.parse as u
+for i in json.load(open(sys.argv[1]))["install"]: print(u.unquote(u.urlparse(i["download_info"]["url"]).path))' \
+    "$RESULTS/install-report.json")
+  pip_install --no-deps --upgrade --target "$site" "${wheels[@]}" 2>&1 | tee -a "$RESULTS/install.log"
+  install_rc=${PIPESTATUS[0]}
+  export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+fi
 after=$(freeze)
 echo "== installed from $BUNDLE (new or changed):" | tee -a "$RESULTS/install.log"
 diff <(echo "$before") <(echo "$after") | grep '^[<>]' | tee -a "$RESULTS/install.log"
