@@ -76,7 +76,47 @@ gpu-bundle:
 	  > $(GPU_BUNDLE)/requirements.txt; \
 	ls -l $(GPU_BUNDLE); \
 	kib=$$(du -sk $(GPU_BUNDLE) | cut -f1); echo "$(GPU_BUNDLE): $$kib KiB (limit $(GPU_BUNDLE_MAX_MIB) MiB)"; \
-	[ $$kib -le $$(( $(GPU_BUNDLE_MAX_MIB) * 1024 )) ] || { echo "$(GPU_BUNDLE) is over $(GPU_BUNDLE_MAX_MIB) MiB"; exit 1; }
+	[ $$kib -le $$(( $(GPU_BUNDLE_MAX_MIB) * 1024 )) ] || \
+	  { echo "$(GPU_BUNDLE) is over $(GPU_BUNDLE_MAX_MIB) MiB"; exit 1; }
+
+# `make gpu-rehearsal` (CI): benchmarks/gpu_run.sh with `gpu_check.py --rehearse` (tiny shapes, CPU) in a virtualenv
+# holding the image's packages at the image's versions where known (transformers 5.17.0, accelerate 1.15.0, ...; CPU
+# torch here, never a CUDA build), the rest installed from the bundle only, so that a missing wheel or a version clash
+# shows here, not on the H200. The virtualenv is built once and reused while its stamp matches; every rehearsal first
+# puts it back to the image's package set. Differences from the image that remain: this machine's Python (3.11) and
+# torch 2.13 CPU, so the bundle's compiled wheels (cp312) are replaced by the same versions built for 3.11
+# ($(GPU_REHEARSAL_VENV)/abi-wheels); numpy 2.5.2 is not on PyPI: the newest numpy stands in. typer 0.28: the
+# image has no pydantic, which typer needs from 0.29 on.
+GPU_REHEARSAL_VENV ?= .venv-gpu-rehearsal
+GPU_IMAGE_PINS ?= transformers==5.17.0 accelerate==1.15.0 huggingface_hub==1.33.0 safetensors==0.8.0 \
+	tokenizers==0.23.2 sentencepiece==0.2.2 numpy==2.4.6 typer==0.28.0 peft pandas pyarrow fsspec xxhash sympy \
+	msgpack ninja py-cpuinfo einops psutil pyyaml jinja2 tqdm matplotlib aiohttp httpx requests
+GPU_IMAGE_LACKS := trl datasets deepspeed math-verify latex2sympy2_extended dill multiprocess pydantic hjson
+GPU_REHEARSAL_PY := $(GPU_REHEARSAL_VENV)/bin/python
+
+gpu-rehearsal: gpu-bundle
+	@set -e; want="$(TORCH) $(GPU_IMAGE_PINS)"; py=$(GPU_REHEARSAL_PY); v=$(GPU_REHEARSAL_VENV); \
+	if [ -f $$v/pacs-stamp ] && [ "$$(cat $$v/pacs-stamp)" = "$$want" ]; then echo "$$v: up to date"; else \
+	  set -x; rm -rf $$v; $(PYTHON) -m venv $$v; \
+	  $$py -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"; \
+	  $$py -m pip install -q "$(TORCH)" $(GPU_IMAGE_PINS); \
+	  $$py -c "import torch; assert '+cpu' in torch.__version__, torch.__version__"; \
+	  for d in $(GPU_IMAGE_LACKS); do \
+	    ! $$py -m pip show -q $$d 2>/dev/null || { echo "$$d is in $$v but not in the image"; exit 1; }; done; \
+	  $$py -m pip freeze --all | sort > $$v/image-freeze.txt; echo "$$want" > $$v/pacs-stamp; set +x; fi; \
+	$$py -m pip freeze --all | sort > $$v/now.txt; \
+	extra=$$(comm -13 $$v/image-freeze.txt $$v/now.txt | sed 's/[=@ ].*//'); \
+	if [ -n "$$extra" ]; then \
+	  $$py -m pip uninstall -q -y $$extra; $$py -m pip install -q --no-deps -r $$v/image-freeze.txt; fi; \
+	mkdir -p $$v/abi-wheels; \
+	for w in $(GPU_BUNDLE)/*.whl; do case "$$w" in *-py3-none-any.whl|*-py2.py3-none-any.whl) continue;; esac; \
+	  n=$$(basename "$$w" | cut -d- -f1-2 | sed 's/-/==/'); \
+	  $$py -m pip download -q --no-deps --only-binary=:all: -d $$v/abi-wheels "$$n"; done; \
+	rm -rf $$v/results; start=$$(date +%s); \
+	PYTHON=$$py GPU_EXTRA_WHEELS=$$v/abi-wheels GPU_RESULTS=$$v/results GPU_CHECK_ARGS=--rehearse \
+	  bash benchmarks/gpu_run.sh || true; \
+	$$py benchmarks/gpu_check.py --verify $$v/results/gpu_check.json; \
+	echo "gpu-rehearsal: $$(( $$(date +%s) - start )) s for the install and the check"
 
 lint:
 	$(PYTHON) -m ruff check .

@@ -308,6 +308,8 @@ def section_learning_sanity(s, tmp, deadline):
 def verify(path: str) -> list[str]:
     """What is wrong with a gpu_check.json for the rehearsal: a missing section or status, or a section not "ok"
     (reference_anchor may report that PACSTrainer does not implement it yet)."""
+    if not Path(path).is_file():
+        return [f"{path} is missing: the check did not run (see the install log above)"]
     sections = json.loads(Path(path).read_text()).get("sections", {})
     problems = [f"{name}: missing" for name in SECTIONS if "status" not in sections.get(name, {})]
     for name, section in sections.items():
@@ -320,23 +322,17 @@ def verify(path: str) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes, the same code paths")
-    parser.add_argument(
-        "--out-dir", default=None, help="default: benchmarks/results/gpu on a GPU, outputs/gpu_check else"
-    )
+    parser.add_argument("--out-dir", default=None, help="default: benchmarks/results/gpu (GPU), outputs/gpu_check")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated, of " + ", ".join(SECTIONS))
-    parser.add_argument(
-        "--time-budget", type=float, default=None, help="seconds (default 330 on a GPU, 900 rehearsing)"
-    )
-    parser.add_argument(
-        "--verify", metavar="JSON", help="check a gpu_check.json as make gpu-rehearsal does; exit 1 if bad"
-    )
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 330 GPU, 900 rehearsing)")
+    parser.add_argument("--verify", metavar="JSON", help="check a gpu_check.json as make gpu-rehearsal does")
     parser.add_argument("--zero3-worker", metavar="OUT_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.verify:
-        problems = verify(args.verify)
-        for name, section in json.loads(Path(args.verify).read_text()).get("sections", {}).items():
+        problems, text = verify(args.verify), Path(args.verify).read_text() if Path(args.verify).is_file() else "{}"
+        for name, section in json.loads(text).get("sections", {}).items():
             print(f"{name}: {section.get('status')}"[:300])
-        pending = NOT_IMPLEMENTED in Path(args.verify).read_text()
+        pending = NOT_IMPLEMENTED in text
         note = " (reference_anchor's error tolerated until PACSTrainer implements it)" if pending else ""
         print("\n".join(["FAILED:", *problems]) if problems else f"{args.verify}: the five sections pass{note}")
         return 1 if problems else 0
@@ -367,10 +363,8 @@ def main(argv=None) -> int:
             try:
                 sections[name] = globals()[f"section_{name}"](s, f"{tmp}/{name}", deadline)
             except Exception as e:  # noqa: BLE001 - a section's failure is its result
-                sections[name] = {
-                    "status": f"error: {type(e).__name__}: {e}"[:2000],
-                    "traceback": traceback.format_exc()[-4000:],
-                }
+                status, trace = f"error: {type(e).__name__}: {e}"[:2000], traceback.format_exc()[-4000:]
+                sections[name] = {"status": status, "traceback": trace}
                 free()
             sections[name]["seconds"] = time.monotonic() - t0
             print(f"[gpu_check] {name}: {sections[name]['status']} ({sections[name]['seconds']:.0f} s)", flush=True)
@@ -383,9 +377,10 @@ def main(argv=None) -> int:
         meta["deepspeed"] = deepspeed.__version__
     except ImportError as e:
         meta["deepspeed"] = f"not importable: {e}"
+    gpu_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda() else None
     meta.update(accelerate=accelerate.__version__, datasets=datasets.__version__, peft=peft.__version__,
-                cuda=torch.version.cuda, rehearse=args.rehearse, settings=s, time_budget_s=budget,
-                elapsed_s=time.monotonic() - start,
+                cuda=torch.version.cuda, gpu_memory_gib=gpu_gib, rehearse=args.rehearse, settings=s,
+                time_budget_s=budget, elapsed_s=time.monotonic() - start,
                 command="python benchmarks/gpu_check.py " + " ".join(argv or sys.argv[1:]))  # fmt: skip
     result = {"meta": meta, "sections": {n: sections[n] for n in SECTIONS if n in sections}}
     (out_dir / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")

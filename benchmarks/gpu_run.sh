@@ -47,7 +47,8 @@ if [ -n "$site" ]; then
   # resolve against the image (a dry run writes nothing), then put exactly the wheels pip chose into $site, which
   # PYTHONPATH puts ahead of the image's site-packages (so a changed version, e.g. fsspec, wins)
   echo "== installing into $site (PYTHONPATH)" | tee -a "$RESULTS/install.log"
-  pip_install -q --dry-run --report "$RESULTS/install-report.json" -r "$BUNDLE/requirements.txt" 2>&1 | tee -a "$RESULTS/install.log"
+  pip_install -q --dry-run --report "$RESULTS/install-report.json" -r "$BUNDLE/requirements.txt" 2>&1 \
+    | tee -a "$RESULTS/install.log"
   mapfile -t wheels < <($PY -c 'import json, sys, urllib.parse as u
 for i in json.load(open(sys.argv[1]))["install"]: print(u.unquote(u.urlparse(i["download_info"]["url"]).path))' \
     "$RESULTS/install-report.json")
