@@ -129,10 +129,10 @@ def _warn_round_trip(generation, why: str) -> None:
     if not getattr(generation, "_pacs_round_trip_warned", False):
         generation._pacs_round_trip_warned = True
         logger.warning(
-            "LoRA weight push: %s cannot be merged out of place, so TRL merges the adapters into the base weights and "
-            "unmerges them at every push; in bf16 this moves the frozen base weights a little at each push "
-            "(TRL issue #6688, docs/recipes.md#lora). Plain LoRA on Linear/Embedding layers under DDP or DeepSpeed "
-            "avoids it.",
+            "LoRA weight push to vLLM (%s): the adapters cannot be merged out of place, so TRL merges them into the "
+            "base weights and unmerges them at every push, which in bf16 moves the frozen base weights a little each "
+            "time (TRL issue #6688, docs/recipes.md#lora). Plain LoRA on Linear/Embedding layers, under DDP or "
+            "DeepSpeed, avoids it.",
             why,
         )
 
@@ -196,16 +196,17 @@ def log_sampling_gap(trainer, output: dict) -> None:
     if mean > STALE_GAP and not getattr(trainer, "_pacs_stale_warned", False):
         trainer._pacs_stale_warned = True
         if trainer.accelerator.is_main_process:
-            logger.warning(_STALE_MESSAGE, mean, STALE_GAP, max_, trainer.state.global_step)
+            logger.warning(_STALE_MESSAGE, trainer.state.global_step, mean, max_, STALE_GAP)
 
 
 _STALE_MESSAGE = """
 ================================================================================================================
-STALE vLLM WEIGHTS? vLLM's sampling log-probs differ from the trainer's by %.3g nats per token on average (bf16
-rounding explains up to ~%.2g; max %.3g) at step %d. vLLM is most likely sampling from stale weights: the weight push
-to vLLM failed or did not run (TRL #5312), so training is off-policy without knowing it. Check that vLLM and the
-trainer load the same checkpoint, that sync_weights runs (colocate: vllm_enable_sleep_mode; server: the NCCL weight
-group), and watch sampling/sampling_logp_difference/mean: at the bf16 floor it stays around 1e-3 to 1e-2.
+STALE vLLM WEIGHTS? At step %d, vLLM's sampling log-probs differ from the trainer's log-probs of the same tokens by
+%.3g nats per token on average (max %.3g): more than bf16 rounding explains (threshold %.2g; at the bf16 floor the
+gap is 1e-3 to 1e-2). vLLM is most likely sampling from stale weights: the weight push to vLLM failed or did not run
+(TRL #5312), and training is off-policy without knowing it. Check that vLLM serves the same model as the trainer, that
+the push runs at every generation (server mode: the NCCL weight-update group on vllm_group_port), and follow
+sampling/sampling_logp_difference/mean: if it keeps growing with the steps, vLLM is not receiving the weights.
 ================================================================================================================"""
 
 
