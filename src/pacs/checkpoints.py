@@ -285,6 +285,7 @@ class CheckpointHooks:
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
+        self._save_extra_state(folder)
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
             write_complete_marker(
@@ -292,6 +293,13 @@ class CheckpointHooks:
                 rollout=mid_generation,
             )  # fmt: skip
             self._rotate_after_marker(run_dir)
+
+    def _save_extra_state(self, folder: str) -> None:
+        """Hook for a mixin's own state (e.g. `pacs.reference`): called on every process after the checkpoint is
+        written and before the completion marker, so a complete checkpoint always has it."""
+
+    def _load_extra_state(self, checkpoint: str) -> None:
+        """Hook: restores what `_save_extra_state` wrote, after the optimizer and scheduler are loaded."""
 
     def _rotate_after_marker(self, run_dir: str) -> None:
         # transformers' rotation, run after the completion marker (see `_save_checkpoint`)
@@ -309,6 +317,7 @@ class CheckpointHooks:
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        self._load_extra_state(checkpoint)
         rollout = load_rollout(
             checkpoint, self.accelerator.process_index, self.accelerator.num_processes, self.accelerator.device
         )

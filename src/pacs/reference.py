@@ -272,16 +272,35 @@ class ReferenceAnchor:
         copy_parameters([(named[key], value) for key, value in weights.items()])
 
 
-class ReferenceAnchorHooks:
-    """`PACSTrainer`'s generation hook for `pacs_anchor="reference"`: the reset schedule runs before each training
-    generation, and pi_ref's log-probabilities join the generation batch right after it is scored (before the split
-    path's row exchange, which then carries them like every other per-row tensor). Inert with `"rollout"`."""
+class AnchorHooks:
+    """`PACSTrainer`'s hooks for the reward proxy's anchor (`pacs_anchor`), a mixin listed before `CheckpointHooks`.
+
+    - `_anchor_logps` / `_proxy_is_zero`: what r's log-ratio is taken against, for the whole-group loss and the split
+      path's coefficients (`pacs.split`): pi_old (`"rollout"`; `None` on-policy, where r detaches and is exactly 0) or
+      pi_ref (`"reference"`, never exactly 0).
+    - With `"reference"`: the reset schedule runs before each training generation, and pi_ref's log-probabilities
+      join the generation batch right after it is scored (before the split path's row exchange, which carries them
+      like every other per-row tensor); checkpoints carry the anchor; `pacs/reference_resets` and
+      `pacs/reference_kl` (k3 estimate of KL(pi_theta || pi_ref) on the sampled tokens) are logged every micro-batch.
+    """
 
     _pacs_reference: ReferenceAnchor | None = None
 
     def _init_reference_anchor(self) -> None:
         if self.args.pacs_anchor == "reference":
             self._pacs_reference = ReferenceAnchor(self)
+
+    def _anchor_logps(self, inputs) -> torch.Tensor | None:
+        """The log-probs `(B, T)` the reward proxy r compares the policy with; `None`: on-policy, r detaches."""
+        if self._pacs_reference is not None:
+            return inputs[LOGPS_KEY]
+        return inputs.get("old_per_token_logps")
+
+    def _proxy_is_zero(self, inputs, on_policy: bool) -> bool:
+        """r is exactly 0 on this split-path step, so its coefficients need no forward."""
+        if self._pacs_reference is not None or self.args.pacs_reward_proxy != "log_ratio":
+            return False
+        return on_policy or self._anchor_logps(inputs) is None
 
     def _generate_and_score_completions(self, inputs):
         anchor = self._pacs_reference
@@ -290,5 +309,25 @@ class ReferenceAnchorHooks:
         anchor.before_generation()
         return anchor.after_generation(super()._generate_and_score_completions(inputs))
 
+    def _log_anchor_metrics(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
+        if self._pacs_reference is None:
+            return
+        delta = (inputs[LOGPS_KEY] - per_token_logps).detach()  # (B, T) log pi_ref - log pi_theta
+        kl = torch.stack([((delta.exp() - delta - 1) * mask).sum(), mask.sum().to(delta.dtype)])
+        totals = self.accelerator.reduce(kl, "sum")
+        metrics = self._metrics["train"]
+        metrics["pacs/reference_kl"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        metrics["pacs/reference_resets"].append(float(self._pacs_reference.resets))
 
-__all__ = ["LOGPS_KEY", "ReferenceAnchor", "ReferenceAnchorHooks", "reset_optimizer_states"]
+    def _save_extra_state(self, folder: str) -> None:
+        super()._save_extra_state(folder)
+        if self._pacs_reference is not None:
+            self._pacs_reference.save(folder)
+
+    def _load_extra_state(self, checkpoint: str) -> None:
+        super()._load_extra_state(checkpoint)
+        if self._pacs_reference is not None:
+            self._pacs_reference.load(checkpoint)
+
+
+__all__ = ["LOGPS_KEY", "AnchorHooks", "ReferenceAnchor", "reset_optimizer_states"]

@@ -45,6 +45,7 @@ from .checks import (
 from .config import PACSConfig
 from .labels import reward_to_label
 from .loss import compute_reward_proxy, pacs_loss
+from .reference import AnchorHooks
 from .split import attach_step_coefficients, exchange_order, exchange_rows, split_layout, step_batches
 from .vllm_sync import install_lora_push, log_sampling_gap
 
@@ -89,7 +90,7 @@ def critic_metrics(
     }
 
 
-class PACSTrainer(CheckpointHooks, GRPOTrainer):
+class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
     """
     Trainer for PACS, implicit actor-critic coupling via a supervised learning framework for RLVR.
 
@@ -161,6 +162,7 @@ class PACSTrainer(CheckpointHooks, GRPOTrainer):
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
+        self._init_reference_anchor()  # pacs_anchor="reference": pi_ref and its resets (`pacs.reference`)
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
 
     @property
@@ -176,15 +178,6 @@ class PACSTrainer(CheckpointHooks, GRPOTrainer):
     def _generate_single_turn(self, *args, **kwargs):
         with no_router_logits(self.model):  # MoE generation with router logits fails (see `pacs._compat`)
             return super()._generate_single_turn(*args, **kwargs)
-
-    # hooks for the reward proxy's anchor (issue 24 overrides both) ---------------------------------------------
-    def _anchor_logps(self, inputs) -> torch.Tensor | None:
-        """The log-probs `(B, T)` the reward proxy r compares the policy with; `None`: on-policy, r detaches."""
-        return inputs.get("old_per_token_logps")
-
-    def _proxy_is_zero(self, inputs, on_policy: bool) -> bool:
-        """r is exactly 0 on this split-path step, so its coefficients need no forward."""
-        return self.args.pacs_reward_proxy == "log_ratio" and (on_policy or self._anchor_logps(inputs) is None)
 
     # 1. labels -------------------------------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -277,6 +270,8 @@ class PACSTrainer(CheckpointHooks, GRPOTrainer):
         else:
             loss = self._whole_group_loss(per_token_logps, inputs, mask)
         policy_loss = loss.detach()  # this micro-batch's PACS loss (the step's on the split path)
+        if mode == "train":
+            self._log_anchor_metrics(per_token_logps, inputs, mask)  # pacs_anchor="reference" only
         return add_grpo_terms(self, mode, loss, policy_loss, per_token_logps, entropies, aux_loss, inputs, mask)
 
     def _whole_group_loss(self, per_token_logps, inputs, mask) -> torch.Tensor:
