@@ -276,3 +276,58 @@ def test_resume_across_a_reset_matches_the_uninterrupted_run(tiny_model_dir, tmp
     for k, run in record["resumed"].items():
         assert run["relative_difference"] <= 1e-6, (k, run["relative_difference"])
         assert run["generated_at"] == [step for step in record["generated_at"] if step >= int(k)], k
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Two processes, DeepSpeed ZeRO-3
+# ---------------------------------------------------------------------------------------------------------------------
+
+TINY_SCRIPT = Path(__file__).parent / "scripts" / "train_tiny.py"
+ANCHOR = ["pacs_anchor=reference", "pacs_reference_reset_generations=1", "max_steps=4"]
+
+
+def _launch(cmd, tmp_path):
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
+
+
+def _check_reset_run(record):
+    # 2 optimizer steps per generation, pi_ref reset before generation 2 (step 3): psi == 0 there, resets counted
+    assert record["finite_params"] and record["update_norm"] > 0
+    logs = [e for e in record["log_history"] if "pacs/loss" in e]
+    assert [e["pacs/reference_resets"] for e in logs] == [0, 0, 1, 1]
+    assert logs[0]["pacs/psi_std"] <= 1e-6 and logs[2]["pacs/psi_std"] <= 1e-6
+    assert logs[2]["pacs/reference_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert logs[3]["pacs/reference_kl"] > 0
+
+
+@pytest.mark.distributed
+def test_two_cpu_processes(tiny_model_dir, tmp_path):
+    from pacs.testing import accelerate_launch
+
+    (tmp_path / "out").mkdir()
+    cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    cmd += ["--main_process_port", "29531", str(TINY_SCRIPT), tiny_model_dir, str(tmp_path / "out"), *ANCHOR]
+    records = _launch(cmd, tmp_path)
+    assert [r["world_size"] for r in records] == [2, 2]
+    for record in records:
+        _check_reset_run(record)
+
+
+@pytest.mark.distributed
+def test_deepspeed_zero3_on_cpu(tiny_model_dir, tmp_path):
+    from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
+    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29532"]
+    cmd += [str(TINY_SCRIPT), tiny_model_dir, str(tmp_path / "out"), *ANCHOR]
+    (record,) = _launch(cmd, tmp_path)
+    assert record["zero_stage"] == 3
+    _check_reset_run(record)  # the reset copied the sharded weights: pi_ref's forward equals the policy's

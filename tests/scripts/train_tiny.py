@@ -61,12 +61,14 @@ def train_and_record(trainer, out_dir: str) -> None:
         json.dump(record, f)
 
 
-def main(model_dir: str, out_dir: str) -> None:
+def main(model_dir: str, out_dir: str, *overrides: str) -> None:
+    """`overrides`: further PACSConfig settings as KEY=VALUE (integers parsed), e.g. pacs_anchor=reference."""
     dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(64)]})
-    args = tiny_pacs_config(out_dir, steps_per_generation=2)
+    settings = {k: int(v) if v.isdigit() else v for k, v in (o.split("=", 1) for o in overrides)}
+    args = tiny_pacs_config(out_dir, **{"steps_per_generation": 2, **settings})
     trainer = PACSTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset)
     train_and_record(trainer, out_dir)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])
