@@ -121,7 +121,8 @@ def test_pacs_trainer_page_documents_every_field_and_metric():
     page = (DOCS / "pacs_trainer.md").read_text()
     new_fields = {f.name for f in dataclasses.fields(PACSConfig)} - {f.name for f in dataclasses.fields(GRPOConfig)}
     assert new_fields and all(f"`{name}`" in page for name in new_fields), new_fields
-    metrics = set(re.findall(r"\"(pacs/\w+)\"", (ROOT / "src" / "pacs" / "trainer.py").read_text()))
+    sources = "".join(path.read_text() for path in (ROOT / "src" / "pacs").glob("*.py"))
+    metrics = set(re.findall(r"\"(pacs/\w+)\"", sources))
     assert metrics, "the trainer logs no pacs/ metric?"
     missing = [name for name in sorted(metrics) if f"- `{name}`:" not in page]
     assert not missing, f"undocumented metrics: {missing}"
