@@ -108,6 +108,8 @@ def make_trainer(algorithm, model, tokenizer, args, reward, completions: dict, s
             else:
                 completions["ids"] = generate(prompt_ids, *a, **kw)  # lists of ids: already synchronised
                 completions["generation_s"] = time.perf_counter() - start
+                if cuda():  # peak memory then compares training alone in every run, the generating one too
+                    torch.cuda.reset_peak_memory_stats()
         return completions["ids"]
 
     def spy_loss(model, inputs):

@@ -14,9 +14,9 @@ are "ok". Models are randomly initialised from Qwen3 configs written here (real 
    1,024-token completions (EOS suppressed). The first run generates them with transformers (timed: generation
    tokens/s); every later run replays those completions, so the runs differ only in the algorithm. PACS and GRPO
    (beta 0) alternate over repetitions with a rotating order, a fresh model and trainer per run; per run, the median
-   optimizer step after the first (the first scores and takes the old log-probs) and `torch.cuda.max_memory_allocated`;
-   PACS/GRPO ratios paired by repetition, min / median / max. Fails if a completion is not 1,024 tokens or a loss is
-   not finite.
+   optimizer step after the first (the first scores and takes the old log-probs) and `torch.cuda.max_memory_allocated`
+   of training (reset after the real generation); PACS/GRPO ratios paired by repetition, min / median / max.
+   Fails if a completion is not 1,024 tokens or a loss is not finite.
 2. reference_anchor: the same for PACS with `pacs_anchor="reference"` against PACS with the default anchor: the cost
    of the frozen pi_ref and its forward pass per generation; "error" until PACSTrainer implements it (issue 24).
 3. split_lora: Qwen3-8B's shape, bf16 base weights with a LoRA adapter (r 32, all linear layers), fixed synthetic
@@ -30,7 +30,7 @@ are "ok". Models are randomly initialised from Qwen3 configs written here (real 
    completion tokens whose id is a multiple of 4) within 24 steps at lr 3e-2. The reward is checked rather than the
    loss: PACS's loss is ln 2 on the first step of every generation by construction (psi = 0 against pi_old).
 
-Each section is in a try/except and a global --time-budget (330 s on a GPU) skips a section that would overrun it.
+Each section is in a try/except and a global --time-budget (350 s on a GPU) skips a section that would overrun it.
 """
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ from _gpu_check import (
 
 SECTIONS = ("pacs_vs_grpo", "reference_anchor", "split_lora", "zero3", "learning_sanity")
 RUN_ORDER = ("learning_sanity", "zero3", "pacs_vs_grpo", "split_lora", "reference_anchor")  # cheap and vital first
-# seconds each section is planned to take on one H200 (320 s of the 330 s budget): one that would not fit in what is
+# seconds each section is planned to take on one H200 (340 s of the 350 s budget): one that would not fit in what is
 # left of the budget is skipped; the repetitions of pacs_vs_grpo and reference_anchor stop at 1.25 times their share
-GPU_COST_S = {"pacs_vs_grpo": 120, "reference_anchor": 60, "split_lora": 50, "zero3": 60, "learning_sanity": 30}
+GPU_COST_S = {"pacs_vs_grpo": 120, "reference_anchor": 80, "split_lora": 50, "zero3": 60, "learning_sanity": 30}
 NOT_IMPLEMENTED = "PACSTrainer does not implement pacs_anchor='reference' yet"
 
 
@@ -86,6 +86,9 @@ def compare(algorithms, s, tmp, deadline, check_reference=False) -> dict:
 
     tokenizer, completions, runs, section_start = build_tiny_tokenizer(), {}, [], time.monotonic()
     L, G = s["completion"], s["group"]
+    if check_reference:  # pi_ref is loaded from the policy's path (as TRL's reference model): save the same weights
+        build_model(s["main"], tokenizer).save_pretrained(f"{tmp}/model")  # no reference cycle: freed right away
+        free()
     for rep in range(s["reps"]):
         if rep and time.monotonic() + (time.monotonic() - section_start) / rep > deadline["section_end"]:
             break  # another repetition would overrun the section's share of the time budget
@@ -93,7 +96,9 @@ def compare(algorithms, s, tmp, deadline, check_reference=False) -> dict:
             args = trainer_config(algorithm, f"{tmp}/{algorithm}", per_device_train_batch_size=G, num_generations=G,
                                   steps_per_generation=4, max_steps=s["steps"], max_completion_length=L,
                                   generation_kwargs={"min_new_tokens": L})  # fmt: skip
-            model = build_model(s["main"], tokenizer)
+            model = build_model(s["main"], tokenizer)  # seeded: the same weights in every run
+            if check_reference:
+                model.config._name_or_path = f"{tmp}/model"
             trainer = make_trainer(algorithm, model, tokenizer, args, parity_reward, completions)
             run = {"algorithm": algorithm, "rep": rep, **train_run(trainer), "saw_reference": trainer.saw_reference}
             run["opt_step_s"] = statistics.median(run["step_s"][1:])  # after the step that scores the generation
@@ -324,7 +329,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes, the same code paths")
     parser.add_argument("--out-dir", default=None, help="default: benchmarks/results/gpu (GPU), outputs/gpu_check")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated, of " + ", ".join(SECTIONS))
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 330 GPU, 900 rehearsing)")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 350 GPU, 900 rehearsing)")
     parser.add_argument("--verify", metavar="JSON", help="check a gpu_check.json as make gpu-rehearsal does")
     parser.add_argument("--zero3-worker", metavar="OUT_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -344,7 +349,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     if not cuda() and not args.rehearse:
         parser.error("no CUDA device here: run on a GPU, or rehearse the check on CPU with --rehearse")
-    budget = args.time_budget or (900.0 if args.rehearse else 330.0)
+    budget = args.time_budget or (900.0 if args.rehearse else 350.0)
     out_dir = Path(args.out_dir or ("benchmarks/results/gpu" if cuda() else "outputs/gpu_check"))
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
