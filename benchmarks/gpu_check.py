@@ -18,7 +18,7 @@ are "ok". Models are randomly initialised from Qwen3 configs written here (real 
    of training (reset after the real generation); PACS/GRPO ratios paired by repetition, min / median / max.
    Fails if a completion is not 1,024 tokens or a loss is not finite.
 2. reference_anchor: the same for PACS with `pacs_anchor="reference"` against PACS with the default anchor: the cost
-   of the frozen pi_ref and its forward pass per generation; "error" until PACSTrainer implements it (issue 24).
+   of the frozen pi_ref and its forward pass per generation. Fails if pi_ref's log-probs never reach the loss.
 3. split_lora: Qwen3-8B's shape, bf16 base weights with a LoRA adapter (r 32, all linear layers), fixed synthetic
    1,024-token completions; PACS at per-device batch 1 (the split path, 8 accumulation steps) against batch 8 (whole
    groups), 2 optimizer steps each. Fails unless both train (finite losses, the adapter moves) and batch 1 peaks lower.
@@ -69,7 +69,6 @@ RUN_ORDER = ("learning_sanity", "zero3", "pacs_vs_grpo", "split_lora", "referenc
 # seconds each section is planned to take on one H200 (340 s of the 350 s budget): one that would not fit in what is
 # left of the budget is skipped; the repetitions of pacs_vs_grpo and reference_anchor stop at 1.25 times their share
 GPU_COST_S = {"pacs_vs_grpo": 120, "reference_anchor": 80, "split_lora": 50, "zero3": 60, "learning_sanity": 30}
-NOT_IMPLEMENTED = "PACSTrainer does not implement pacs_anchor='reference' yet"
 
 
 def settings(rehearse: bool) -> dict:
@@ -106,7 +105,9 @@ def compare(algorithms, s, tmp, deadline, check_reference=False) -> dict:
             del trainer, model
             free()
             if check_reference and algorithm == "pacs_ref" and not run["saw_reference"]:
-                raise NotImplementedError(f"{NOT_IMPLEMENTED}: no pacs_ref_per_token_logps reached the loss")
+                raise RuntimeError(
+                    "pacs_anchor='reference' had no effect: no pacs_ref_per_token_logps reached the loss"
+                )
     lengths = sorted({len(c) for c in completions["ids"][0]})
     prompt_len = statistics.mean(len(tokenizer(p)["input_ids"]) for p in dataset()["prompt"])
     result = {"runs": runs, "completion_lengths": lengths, "generation_s": completions.get("generation_s"),
@@ -311,15 +312,14 @@ def section_learning_sanity(s, tmp, deadline):
 
 
 def verify(path: str) -> list[str]:
-    """What is wrong with a gpu_check.json for the rehearsal: a missing section or status, or a section not "ok"
-    (reference_anchor may report that PACSTrainer does not implement it yet)."""
+    """What is wrong with a gpu_check.json for the rehearsal: a missing section or status, or a section not "ok"."""
     if not Path(path).is_file():
         return [f"{path} is missing: the check did not run (see the install log above)"]
     sections = json.loads(Path(path).read_text()).get("sections", {})
     problems = [f"{name}: missing" for name in SECTIONS if "status" not in sections.get(name, {})]
     for name, section in sections.items():
         status = section.get("status", "")
-        if status != "ok" and not (name == "reference_anchor" and NOT_IMPLEMENTED in status):
+        if status != "ok":
             problems.append(f"{name}: {status}")
     return problems
 
@@ -337,9 +337,7 @@ def main(argv=None) -> int:
         problems, text = verify(args.verify), Path(args.verify).read_text() if Path(args.verify).is_file() else "{}"
         for name, section in json.loads(text).get("sections", {}).items():
             print(f"{name}: {section.get('status')}"[:300])
-        pending = NOT_IMPLEMENTED in text
-        note = " (reference_anchor's error tolerated until PACSTrainer implements it)" if pending else ""
-        print("\n".join(["FAILED:", *problems]) if problems else f"{args.verify}: the five sections pass{note}")
+        print("\n".join(["FAILED:", *problems]) if problems else f"{args.verify}: the five sections pass")
         return 1 if problems else 0
     if args.zero3_worker:
         zero3_worker(args.zero3_worker, args.rehearse)

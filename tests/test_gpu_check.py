@@ -57,11 +57,7 @@ def test_verify_accepts_only_five_passing_sections(gpu_check, tmp_path):
         "split_lora: failed: batch 1 peaks higher"
     ]
     assert verify({**ok, "zero3": {"status": "skipped: time budget (3 s left, needs ~60 s)"}})
-    # the one tolerated error: the reference anchor before PACSTrainer implements it (issue 24); any other is not
-    pending = f"error: NotImplementedError: {gpu_check.NOT_IMPLEMENTED}: no pacs_ref_per_token_logps reached the loss"
-    assert verify({**ok, "reference_anchor": {"status": pending}}) == []
-    assert verify({**ok, "reference_anchor": {"status": "error: OutOfMemoryError: CUDA"}})
-    assert verify({**ok, "learning_sanity": {"status": pending}})
+    assert verify({**ok, "reference_anchor": {"status": "error: RuntimeError: pacs_anchor='reference' had no effect"}})
 
 
 def test_split_lora_rehearsal_writes_a_passing_section(gpu_check, tmp_path):
@@ -83,6 +79,15 @@ def test_a_check_that_does_not_hold_fails_visibly(gpu_check, tmp_path, monkeypat
     code = gpu_check.main(["--rehearse", "--sections", "split_lora", "--out-dir", str(tmp_path)])
     status = _result(tmp_path)["sections"]["split_lora"]["status"]
     assert code == 1 and status.startswith("failed: ") and "the LoRA adapter did not move" in status
+
+
+def test_reference_anchor_fails_when_the_anchor_has_no_effect(gpu_check, tmp_path, monkeypatch):
+    # a trainer that ignored pacs_anchor="reference" would time the default anchor twice: the section must say so
+    config = gpu_check.trainer_config
+    monkeypatch.setattr(gpu_check, "trainer_config", lambda alg, *a, **kw: config(alg.replace("_ref", ""), *a, **kw))
+    code = gpu_check.main(["--rehearse", "--sections", "reference_anchor", "--out-dir", str(tmp_path)])
+    status = _result(tmp_path)["sections"]["reference_anchor"]["status"]
+    assert code == 1 and status.startswith("error: RuntimeError: pacs_anchor='reference' had no effect"), status
 
 
 def test_an_exception_is_a_section_status_not_a_crash(gpu_check, tmp_path, monkeypatch):
