@@ -205,3 +205,31 @@ def test_reuse_smoke(tmp_path):
     (tmp_path / "reuse_smoke.md").unlink()
     reuse.main([*argv, "--report-only"])
     assert (tmp_path / "reuse_smoke.md").read_text() == md
+
+
+def test_anchor_smoke(tmp_path):
+    anchor = _load("anchor")
+    raw = anchor.main(["--smoke", "--jobs", "1", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    assert {r["config"] for r in raw["runs"]} == set(anchor.CONFIGS)
+    for r in raw["runs"]:
+        assert [c[0] for c in r["curve"]] == [0, 1, 2] and [s["step"] for s in r["steps"]] == [1, 2]
+        pacs = r["config"].startswith("PACS")
+        assert (r["critic_all"] is not None) == pacs
+        if pacs:  # 2 steps per generation: step 1 generated, step 2 did not
+            assert r["critic_first_step"]["steps"] == 1 and r["critic_off_policy"]["steps"] == 1
+        if r["config"].startswith("PACS ref"):
+            assert all("pacs/reference_kl" in s and "pacs/reference_resets" in s for s in r["steps"])
+    assert (tmp_path / "anchor_smoke.json").exists()
+
+
+def test_anchor_cost_smoke(tmp_path):
+    raw = _load("anchor_cost").main(["--smoke", "--out-dir", str(tmp_path)])
+    assert [r["config"] for r in raw["runs"]] == list(_load("anchor_cost").CONFIGS)
+    assert all(r["step_time_mean"] > 0 and r["peak_rss_mib"] > 0 for r in raw["runs"])
+    assert "PACS reference" in raw["table"]
+
+
+def test_gradient_term_smoke(tmp_path):
+    raw = _load("gradient_term").main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    assert [p["step"] for p in raw["points"]] == [0, 2]
+    assert all(p["extra_norm"] > 0 for p in raw["points"])  # the score-function term is never 0 on samples
