@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import _common
+import report
 
 
 HERE = Path(__file__).resolve().parent
@@ -101,6 +102,7 @@ def main(argv=None) -> dict:
     p.add_argument("--num-layers", dest="num_layers", type=int, default=4)
     p.add_argument("--out-dir", default=str(HERE / "results"))
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--report-only", dest="report_only", action="store_true", help="redo anchor_cost.md from the JSON")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.smoke:
@@ -113,6 +115,9 @@ def main(argv=None) -> dict:
     if args.child:
         print("RESULT " + json.dumps(child(args.child, args)), flush=True)
         return {}
+    if args.report_only:
+        raw = json.loads((Path(args.out_dir) / "anchor_cost.json").read_text())
+        return render(raw, Path(args.out_dir))
     info = _common.machine_info()
     runs = []
     forward = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--smoke"]
@@ -127,6 +132,17 @@ def main(argv=None) -> dict:
             runs.append({"round": round_, **json.loads(line[7:])})
             print(f"[anchor_cost] round {round_} {name}: {runs[-1]}", flush=True)
     raw = {"info": info, "args": vars(args), "argv": sys.argv, "runs": runs}
+    if args.smoke:
+        raw["table"] = table(raw)
+        print(raw["table"])
+        return raw
+    Path(args.out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(args.out_dir) / "anchor_cost.json").write_text(json.dumps(raw, indent=1))
+    return render(raw, Path(args.out_dir))
+
+
+def table(raw: dict) -> str:
+    runs, repeats = raw["runs"], raw["args"]["repeats"]
     rows = [
         "| config | step time / PACS rollout | generation step / PACS rollout | peak RSS / PACS rollout | step time / GRPO beta=0.04 | peak RSS / GRPO beta=0.04 |",
         "|---|---|---|---|---|---|",
@@ -134,7 +150,7 @@ def main(argv=None) -> dict:
 
     def ratios(name, base, key):
         by = {(r["round"], r["config"]): r[key] for r in runs}
-        lo, med, hi = _common.min_med_max([by[(k, name)] / by[(k, base)] for k in range(args.repeats)])
+        lo, med, hi = _common.min_med_max([by[(k, name)] / by[(k, base)] for k in range(repeats)])
         return f"{lo:.3f} / **{med:.3f}** / {hi:.3f}"
 
     for name in CONFIGS:
@@ -143,27 +159,29 @@ def main(argv=None) -> dict:
             f"{ratios(name, 'PACS rollout', 'generation_step_time')} | {ratios(name, 'PACS rollout', 'peak_rss_mib')} | "
             f"{ratios(name, 'GRPO beta=0.04', 'step_time_mean')} | {ratios(name, 'GRPO beta=0.04', 'peak_rss_mib')} |"
         )
-    table = "\n".join(rows)
-    print(table)
-    raw["table"] = table
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if not args.smoke:
-        (out / "anchor_cost.json").write_text(json.dumps(raw, indent=1))
-        md = [
-            "# Cost of the reference anchor (CPU)",
-            "",
-            _common.machine_markdown(info),
-            f"- command: `{' '.join(sys.argv)}`",
-            f"- model: random Qwen3 hidden {args.hidden_size}, {args.num_layers} layers; {args.prompts} prompts x 8 "
-            f"completions of {args.completion_tokens} sampled tokens per generation, 4 optimizer steps per generation, "
-            f"{args.generations} generations per run; one fresh process per run, {args.repeats} interleaved rounds",
-            "- cells: min / **median** / max over rounds of the per-round ratio",
-            "",
-            table,
-            "",
-        ]
-        (out / "anchor_cost.md").write_text("\n".join(md))
+    return "\n".join(rows)
+
+
+def render(raw: dict, out: Path) -> dict:
+    """anchor_cost.md from the measured runs."""
+    a = raw["args"]
+    raw["table"] = table(raw)
+    print(raw["table"])
+    md = [
+        "# Cost of the reference anchor (CPU)",
+        "",
+        report.machine_markdown(raw["info"]),
+        f"- command: `{' '.join(raw['argv'])}`",
+        f"- model: random Qwen3 hidden {a['hidden_size']}, {a['num_layers']} layers; {a['prompts']} prompts x 8 "
+        f"completions of {a['completion_tokens']} sampled tokens per generation, 4 optimizer steps per generation, "
+        f"{a['generations']} generations per run; one fresh process per run, {a['repeats']} interleaved rounds",
+        "- cells: min / **median** / max over rounds of the per-round ratio; step time is TRL's logged `step_time` "
+        "(the generation step includes generating and every no-grad forward over the batch)",
+        "",
+        raw["table"],
+        "",
+    ]
+    (out / "anchor_cost.md").write_text("\n".join(md))
     return raw
 
 

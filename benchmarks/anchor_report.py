@@ -6,7 +6,7 @@ import math
 import statistics
 from pathlib import Path
 
-import _common
+import report as report_md
 
 
 T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
@@ -175,7 +175,7 @@ def report(raw: dict, out: Path, smoke: bool = False) -> dict:
     md = [
         "# The reward proxy's anchor: pi_old of each generation vs a fixed, periodically reset pi_ref (CPU)",
         "",
-        _common.machine_markdown(raw["info"]),
+        report_md.machine_markdown(raw["info"]),
         f"- command: `{' '.join(raw['argv'])}`",
         f"- code: {raw['info'].get('code', 'this checkout')}",
         "- task, model, SFT warm start, RL settings: as in [learning.md](learning.md) "
@@ -184,7 +184,14 @@ def report(raw: dict, out: Path, smoke: bool = False) -> dict:
         "steps per generation: every run generates the same completions",
         f"- seeds {a['seeds']}; learning rates: each config its own, picked on seed {a['seeds'][0]} by validation "
         f"accuracy from {a['lr_grid']}",
-        "- critic statistics pool every completion of every optimizer step (per run), then the median or mean over seeds",
+        "- critic statistics: "
+        + (
+            "per run, the quantiles of the per-step median abs(σ(ψ) − ½) and the means of per-step accuracies and "
+            "shares (PACSTrainer's logged metrics)"
+            if any((r.get("critic_all") or {}).get("summary") == "per_step" for r in raw["runs"])
+            else "per run, pooled over every completion of every optimizer step"
+        )
+        + "; then the median (margins) or mean (accuracies, shares) over seeds",
         "",
         "## Learning-rate pick (validation)",
         "",
