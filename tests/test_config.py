@@ -185,6 +185,10 @@ def test_every_pacs_field_documented_consistently():
         "pacs_label_transform",
         "pacs_label_temperature",
         "pacs_label_offset",
+        "pacs_anchor",
+        "pacs_reference_reset_generations",
+        "pacs_reset_optimizer",
+        "pacs_max_skipped_steps",
     }
     for f in own:
         assert f"{f.name} (`" in doc, f"{f.name} missing from the docstring"

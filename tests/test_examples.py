@@ -129,7 +129,7 @@ def test_pacs_recipes_follow_the_paper(train_qwen, recipe):
     assert args.lr_scheduler_type == "constant" and args.warmup_steps == 0
     assert (args.temperature, args.top_p, args.max_completion_length) == (1.0, 1.0, 8192)
     assert script_args.max_prompt_tokens == 1024 and args.vllm_max_model_length == 1024 + 8192
-    assert (args.pacs_anchor, args.pacs_reference_reset_generations) == ("reference", 0)
+    assert (args.pacs_anchor, args.pacs_reference_reset_generations) == ("reference", 8)  # anchor.md's pick
     assert args.use_vllm and args.vllm_mode == "colocate"
     assert args.bf16 and args.gradient_checkpointing and model_args.dtype == "bfloat16"
     # the paper's rollout steps (Table 4: 120 for 4B, 320 for 8B) and evaluation every 20 rollouts; TRL counts
