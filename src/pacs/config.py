@@ -113,6 +113,10 @@ class PACSConfig(GRPOConfig):
         pacs_reset_optimizer (`bool`, *optional*, defaults to `True`):
             At each reference reset, re-initialise the optimizer's states (Adam's moments and step count), as the
             paper does after ProRL; the learning-rate schedule goes on.
+        pacs_max_skipped_steps (`int`, *optional*, defaults to `5`):
+            An optimizer step whose gradient norm is not finite is skipped (weights and optimizer states untouched,
+            counted in `pacs/skipped_steps`, see `pacs.guards`); this many skipped in a row stop training with an
+            error saying what to check. `0` never stops.
         steps_per_generation (`int`, *optional*):
             TRL's setting, counted in micro-batches: a generation feeds
             `steps_per_generation / gradient_accumulation_steps * num_iterations` optimizer steps. If neither it nor
@@ -194,6 +198,13 @@ class PACSConfig(GRPOConfig):
             "count) at each reference reset, as the paper does (after ProRL); the learning-rate schedule goes on."
         },
     )
+    pacs_max_skipped_steps: int = field(
+        default=5,
+        metadata={
+            "help": "Optimizer steps whose gradient norm is not finite are skipped (weights and optimizer states "
+            "untouched, counted in pacs/skipped_steps); this many in a row stop training with an error. 0 never stops."
+        },
+    )
     steps_per_generation: int | None = field(
         default=None,
         metadata={
@@ -236,6 +247,11 @@ class PACSConfig(GRPOConfig):
             if value not in choices:
                 valid = ", ".join(repr("none" if c is None else c) for c in choices)
                 raise ValueError(f"Unknown {name} {value!r}; use one of {valid}.")
+        if not isinstance(self.pacs_max_skipped_steps, int) or self.pacs_max_skipped_steps < 0:
+            raise ValueError(
+                f"pacs_max_skipped_steps must be an integer >= 0 (0: never stop), got {self.pacs_max_skipped_steps!r}; "
+                "the default is 5."
+            )
         if self.pacs_anchor not in ANCHORS:
             raise ValueError(
                 f"Unknown pacs_anchor {self.pacs_anchor!r}; use 'rollout' (pi_old of each generation, the authors' "

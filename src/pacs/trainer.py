@@ -43,6 +43,7 @@ from .checks import (
     validated_reward_func,
 )
 from .config import PACSConfig
+from .guards import NonFiniteGradientGuard
 from .labels import reward_to_label
 from .loss import compute_reward_proxy, pacs_loss
 from .reference import AnchorHooks
@@ -164,6 +165,13 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
         self._unlabeled_batches = UnlabeledBatchTracker()
         self._init_reference_anchor()  # pacs_anchor="reference": pi_ref and its resets (`pacs.reference`)
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
+
+    def create_optimizer(self, *args, **kwargs):
+        # one non-finite gradient would make every weight NaN: such a step is skipped, counted, and too many in a row
+        # stop training (`pacs.guards`; under DeepSpeed, whose optimizer skips it already, counted and stopped)
+        optimizer = super().create_optimizer(*args, **kwargs)
+        NonFiniteGradientGuard.install(self, optimizer, self.args.pacs_max_skipped_steps)
+        return optimizer
 
     @property
     def _pacs_split(self) -> bool:
