@@ -166,6 +166,27 @@ def add_task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts-per-step", dest="prompts_per_step", type=int, default=8)
 
 
+def eval_callback(args, curve: list):
+    """A TrainerCallback that appends (step, validation acc, test acc) to `curve` before training, every
+    `args.eval_every` optimizer steps and at the last one (greedy decoding on the task's splits)."""
+    from transformers import TrainerCallback
+
+    t = task(args)
+
+    def evaluate(model, step):
+        curve.append((step, *(greedy_accuracy(model, t["tokenizer"], t[split]) for split in ("val", "test"))))
+
+    class EvalCallback(TrainerCallback):
+        def on_train_begin(self, a, state, control, model=None, **kw):
+            evaluate(model, 0)
+
+        def on_step_end(self, a, state, control, model=None, **kw):
+            if state.global_step % args.eval_every == 0 or state.global_step == a.max_steps:
+                evaluate(model, state.global_step)
+
+    return EvalCallback()
+
+
 _TASK: dict = {}
 
 

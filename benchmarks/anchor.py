@@ -89,17 +89,7 @@ def run_one(name: str, lr: float, seed: int, args, model_path: str) -> dict:
     t = _tasks.task(args)
     curve, steps = [], []
 
-    def evaluate(model, step):
-        curve.append((step, *(_tasks.greedy_accuracy(model, t["tokenizer"], t[split]) for split in ("val", "test"))))
-
     class Watch(TrainerCallback):
-        def on_train_begin(self, a, state, control, model=None, **kw):
-            evaluate(model, 0)
-
-        def on_step_end(self, a, state, control, model=None, **kw):
-            if state.global_step % args.eval_every == 0 or state.global_step == a.max_steps:
-                evaluate(model, state.global_step)
-
         def on_log(self, a, state, control, logs=None, **kw):
             if logs and "grad_norm" in logs:
                 steps.append({"step": state.global_step, **{k: logs[k] for k in STEP_KEYS if k in logs}})
@@ -108,6 +98,7 @@ def run_one(name: str, lr: float, seed: int, args, model_path: str) -> dict:
     out = os.path.join(args.work_dir, "runs", tag)
     trainer = learning.make_trainer(name, lr, args, model_path, t["train"], seed, out)
     trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(_tasks.eval_callback(args, curve))
     trainer.add_callback(Watch())
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()

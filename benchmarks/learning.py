@@ -117,27 +117,15 @@ def make_trainer(name: str, lr: float, args, model_path: str, train_dataset, see
 
 def run_one(name: str, lr: float, seed: int, args, model_path: str) -> dict:
     """Train `name` at `lr` on `seed` from the SFT checkpoint; evaluate every `args.eval_every` steps; summarise."""
-    from transformers import PrinterCallback, TrainerCallback
+    from transformers import PrinterCallback
 
     t = _tasks.task(args)
     curve: list[tuple[int, float, float]] = []  # (step, validation acc, test acc)
 
-    def evaluate(model, step):
-        acc = [_tasks.greedy_accuracy(model, t["tokenizer"], t[split]) for split in ("val", "test")]
-        curve.append((step, *acc))
-
-    class EvalCallback(TrainerCallback):
-        def on_train_begin(self, a, state, control, model=None, **kw):
-            evaluate(model, 0)
-
-        def on_step_end(self, a, state, control, model=None, **kw):
-            if state.global_step % args.eval_every == 0 or state.global_step == a.max_steps:
-                evaluate(model, state.global_step)
-
     tag = f"{name.replace(' ', '_').replace('=', '')}-lr{lr:g}-s{seed}"
     trainer = make_trainer(name, lr, args, model_path, t["train"], seed, os.path.join(args.work_dir, "runs", tag))
     trainer.remove_callback(PrinterCallback)  # keep stdout to one line per run
-    trainer.add_callback(EvalCallback())
+    trainer.add_callback(_tasks.eval_callback(args, curve))
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
