@@ -142,6 +142,9 @@ def test_trainer_config_differs_only_in_the_algorithm(tmp_path):
     assert grpo.beta == 0.0 and grpo.steps_per_generation == 4
     with pytest.raises(ValueError, match="Unknown algorithm"):
         trainer_config(args, str(tmp_path), "ppo")
+    args.pacs_anchor, args.pacs_reference_reset_generations = "reference", 2  # --pacs-anchor reference
+    pacs = trainer_config(args, str(tmp_path), "pacs")
+    assert (pacs.pacs_anchor, pacs.pacs_reference_reset_generations) == ("reference", 2)
 
 
 @pytest.mark.skipif(

@@ -90,6 +90,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--pacs-beta", type=float, default=1.0, help="Scale of the reward proxy (PACSConfig.pacs_beta)."
     )
+    parser.add_argument(
+        "--pacs-anchor", default="rollout", choices=["rollout", "reference"],
+        help="Anchor of the reward proxy (PACSConfig.pacs_anchor).",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pacs-reference-reset-generations", type=int, default=0,
+        help="With --pacs-anchor reference: reset pi_ref every N generations (0 = never).",
+    )  # fmt: skip
     parser.add_argument("--temperature", type=float, default=0.8, help="Sampling temperature during training.")
     parser.add_argument(
         "--max-completion-length", type=int, default=32, help="Max new tokens, in training and evaluation."
@@ -387,7 +395,11 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
     if algorithm == "pacs":
         from . import PACSConfig
 
-        return PACSConfig(**kwargs, pacs_beta=args.pacs_beta)
+        anchor = dict(
+            pacs_anchor=getattr(args, "pacs_anchor", "rollout"),
+            pacs_reference_reset_generations=getattr(args, "pacs_reference_reset_generations", 0),
+        )
+        return PACSConfig(**kwargs, pacs_beta=args.pacs_beta, **anchor)
     from trl import GRPOConfig, RLOOConfig
 
     return (GRPOConfig if algorithm == "grpo" else RLOOConfig)(**kwargs)
