@@ -154,7 +154,7 @@ def test_grpo_recipe_differs_from_pacs_only_in_the_loss(train_qwen):
     pacs_args, grpo_args = pacs[1].to_dict(), grpo[1].to_dict()
     pacs_only = {"pacs_beta", "pacs_reward_proxy", "pacs_score", "pacs_class_weight"}
     pacs_only |= {"pacs_label_transform", "pacs_label_temperature", "pacs_label_offset"}
-    pacs_only |= {"pacs_anchor", "pacs_reference_reset_generations", "pacs_reset_optimizer"}
+    pacs_only |= {"pacs_anchor", "pacs_reference_reset_generations", "pacs_reset_optimizer", "pacs_max_skipped_steps"}
     assert set(pacs_args) - set(grpo_args) == pacs_only
     differing = {k for k in grpo_args if pacs_args[k] != grpo_args[k]}
     # the loss, and what the authors' two verl actors do differently around it: GRPO's dual clip (delta) and
