@@ -18,6 +18,7 @@ from pacs.plan import Launch, model_shape, plan_recipe
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "examples" / "recipes"
 ACCELERATE = ROOT / "examples" / "accelerate_configs"
+DOCS_RECIPES = ROOT / "docs" / "recipes.md"
 GPU_RECIPES = sorted(p.name for p in RECIPES.glob("qwen3_*.yaml"))
 
 
@@ -143,6 +144,13 @@ def test_plan_prints_every_part():
         "one evaluation",
     ):
         assert part in text, part
+
+
+def test_the_plan_printed_in_the_docs_is_the_current_one(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    zero3 = "examples/accelerate_configs/zero3.yaml"
+    assert cli_main(["plan", "--config", "examples/recipes/qwen3_4b_pacs.yaml", "--accelerate-config", zero3]) == 0
+    assert capsys.readouterr().out.strip() in DOCS_RECIPES.read_text(), "rerun the command and paste its output"
 
 
 def test_plan_is_deterministic_and_offline():
@@ -308,8 +316,6 @@ def test_launch_from_accelerate_configs():
 # ---------------------------------------------------------------------------------------------------------------------
 # The docs' commands
 # ---------------------------------------------------------------------------------------------------------------------
-
-DOCS_RECIPES = ROOT / "docs" / "recipes.md"
 
 
 def bash_blocks(path: Path) -> list[tuple[str, str]]:
