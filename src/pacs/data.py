@@ -290,11 +290,17 @@ def load_train_dataset(
     >>> ds[0]["prompt"][0]["content"] == ds[0]["problem"]
     True
     """
+    _check_limit(limit)
+    dataset, source = _load_raw_train_dataset(str(name_or_path), split)
+    return _to_pacs_format(
+        dataset, source, problem_column, answer_column, id_column, limit, prompt_suffix, system_prompt
+    )
+
+
+def _load_raw_train_dataset(name: str, split: str) -> tuple[Dataset, str]:
+    """The rows of `load_train_dataset`'s `name_or_path` as stored (bundled, local file or hub), and their source."""
     from datasets import Dataset
 
-    _check_limit(limit)
-
-    name = str(name_or_path)
     key = name.lower().replace("-", "_")
     if key in TRAIN_DATASETS and "file" in TRAIN_DATASETS[key]:
         dataset, source = _load_bundled(TRAIN_DATASETS[key]["file"]), key
@@ -325,6 +331,4 @@ def load_train_dataset(
                 "'math_train' set or a local .jsonl/.json/.parquet file instead."
             ) from e
         source = hub_id
-    return _to_pacs_format(
-        dataset, source, problem_column, answer_column, id_column, limit, prompt_suffix, system_prompt
-    )
+    return dataset, source
