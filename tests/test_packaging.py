@@ -35,3 +35,20 @@ def test_vllm_extra_matches_trl_supported_range():
     above = [Version(f"{high.major}.{high.minor}.{high.micro + 1}"), Version(f"{high.major}.{high.minor + 1}.0")]
     outside = [v for v in [below, *above] if v in spec]
     assert not outside, f"pacs[vllm] ({spec}) admits {outside}, outside TRL's supported range {low}..{high}"
+
+
+def test_one_room_per_concern_sizes():
+    """The layout's size rules (docs/CONTRIBUTING.md): the trainer stays thin glue, no function in the package grows
+    past what a reader holds in view."""
+    import ast
+
+    src = Path(__file__).resolve().parent.parent / "src" / "pacs"
+    assert len((src / "trainer.py").read_text().splitlines()) <= 350
+    long = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{path.relative_to(src)}:{node.name} ({lines} lines)")
+    assert not long, long

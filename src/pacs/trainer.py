@@ -167,8 +167,7 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
 
     def create_optimizer(self, *args, **kwargs):
-        # one non-finite gradient would make every weight NaN: such a step is skipped, counted, and too many in a row
-        # stop training (`pacs.guards`; under DeepSpeed, whose optimizer skips it already, counted and stopped)
+        # a step whose gradient norm is not finite is skipped and counted, not applied (`pacs.guards`)
         optimizer = super().create_optimizer(*args, **kwargs)
         NonFiniteGradientGuard.install(self, optimizer, self.args.pacs_max_skipped_steps)
         return optimizer
