@@ -379,80 +379,25 @@ def make_plan(
     as `examples/train_qwen.py` parses them, launched as `launch`, for a model of shape `shape` (None: unknown, the
     model-dependent parts are skipped)."""
     plan = Plan()
-    W = launch.world_size
-    B, GA, SPG = args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation
-    iterations, G = args.num_iterations, args.num_generations
-    steps_per_generation = SPG * iterations / GA
+    GA, SPG = args.gradient_accumulation_steps, args.steps_per_generation
+    steps_per_generation = SPG * args.num_iterations / GA
     C = args.max_completion_length or 0
     use_vllm, mode = bool(args.use_vllm), args.vllm_mode
     TP = args.vllm_tensor_parallel_size if use_vllm and mode == "colocate" else 1
-    prompt_tokens = _get(script_args, "max_prompt_tokens")
-    max_model_len = args.vllm_max_model_length
-    prompt_source = "max_prompt_tokens"
-    if prompt_tokens is None:
-        prompt_tokens = (max_model_len - C) if max_model_len else 512
-        prompt_source = "vllm_max_model_length - max_completion_length" if max_model_len else "assumed"
+    prompt_tokens, prompt_source = _prompt_tokens(script_args, args, C)
     seq_tokens = prompt_tokens + C
     use_peft = bool(_get(model_args, "use_peft", False))
     dtype = str(_get(model_args, "dtype", None) or "float32")
     gpu = launch.gpu_memory_gib * GiB if launch.gpu_memory_gib else None
 
     # 1. The run
-    rows = plan.section("Run")
-    rows += [
-        ("algorithm", str(_get(script_args, "algorithm", "pacs"))),
-        (
-            "model",
-            f"{_get(model_args, 'model_name_or_path')} ({'LoRA r=' + str(model_args.lora_r) if use_peft else 'full fine-tuning'}, dtype {dtype})",
-        ),
-        ("launch", _launch_text(launch)),
-        ("GPU memory", f"{launch.gpu_memory_gib:g} GiB per GPU" if gpu else "unknown (pass --gpu-memory-gb)"),
-    ]
-    if shape is not None:
-        rows.append(
-            (
-                "model shape",
-                f"{shape.num_params / 1e9:.2f}B parameters, {shape.num_layers} layers, hidden {shape.hidden_size}, "
-                f"{shape.num_heads} heads / {shape.num_kv_heads} KV x {shape.head_dim}, MLP {shape.intermediate_size}, "
-                f"vocab {shape.vocab_size}, {'tied' if shape.tie_word_embeddings else 'untied'} embeddings"
-                + (f", {shape.num_experts} experts ({shape.num_experts_per_tok} active)" if shape.is_moe else "")
-                + f" (from {shape.source})",
-            )
-        )
-    expected = _get(script_args, "expected_world_size")
-    if expected is not None and expected != W:
-        ga, spg = expected * GA / W, expected * SPG / W
-        fix = (
-            f"--gradient_accumulation_steps {ga:g} --steps_per_generation {spg:g} --expected_world_size {W}"
-            if ga.is_integer() and spg.is_integer()
-            else "a per_device_train_batch_size that makes them integers"
-        )
-        plan.warning(
-            "expected_world_size",
-            f"the recipe assumes {expected} processes, this launch has {W}: a generation holds {B * W * SPG} "
-            f"completions instead of {B * expected * SPG}. To keep the recipe's batch: {fix}.",
-        )
+    _run_section(plan, script_args, model_args, launch, shape, use_peft, dtype)
+    _world_size_check(plan, script_args, args, launch.world_size)
 
     # 2. Batch arithmetic
-    completions_per_generation = B * W * SPG
-    rows = plan.section("Batch (TRL's arithmetic)")
-    rows += [
-        ("world size", str(W)),
-        (
-            "completions per generation",
-            f"{B} x {W} x {SPG} = {completions_per_generation} ({completions_per_generation // G} prompts x {G})",
-        ),
-        ("completions per optimizer step", f"{B} x {W} x {GA} = {B * W * GA}"),
-        ("optimizer steps per generation", f"{SPG} x {iterations} / {GA} = {steps_per_generation:g}"),
-        (
-            "sequence length",
-            f"{prompt_tokens} prompt ({prompt_source}) + {C} completion = {seq_tokens} tokens at most",
-        ),
-    ]
-    if args.max_steps and args.max_steps > 0:
-        rows.append(
-            ("run", f"{args.max_steps} optimizer steps = {args.max_steps / steps_per_generation:g} generations")
-        )
+    completions_per_generation = _batch_section(
+        plan, args, launch.world_size, steps_per_generation, prompt_tokens, prompt_source, seq_tokens
+    )
 
     # 3. Memory (needs the shape)
     trainer = None
@@ -477,6 +422,88 @@ def make_plan(
     return plan
 
 
+def _prompt_tokens(script_args, args, C: int) -> tuple[int, str]:
+    """The longest prompt in tokens, and where that figure comes from."""
+    prompt_tokens = _get(script_args, "max_prompt_tokens")
+    max_model_len = args.vllm_max_model_length
+    prompt_source = "max_prompt_tokens"
+    if prompt_tokens is None:
+        prompt_tokens = (max_model_len - C) if max_model_len else 512
+        prompt_source = "vllm_max_model_length - max_completion_length" if max_model_len else "assumed"
+    return prompt_tokens, prompt_source
+
+
+def _run_section(plan: Plan, script_args, model_args, launch: Launch, shape: ModelShape | None, use_peft, dtype):
+    rows = plan.section("Run")
+    rows += [
+        ("algorithm", str(_get(script_args, "algorithm", "pacs"))),
+        (
+            "model",
+            f"{_get(model_args, 'model_name_or_path')} ({'LoRA r=' + str(model_args.lora_r) if use_peft else 'full fine-tuning'}, dtype {dtype})",
+        ),
+        ("launch", _launch_text(launch)),
+        (
+            "GPU memory",
+            f"{launch.gpu_memory_gib:g} GiB per GPU" if launch.gpu_memory_gib else "unknown (pass --gpu-memory-gb)",
+        ),
+    ]
+    if shape is not None:
+        rows.append(
+            (
+                "model shape",
+                f"{shape.num_params / 1e9:.2f}B parameters, {shape.num_layers} layers, hidden {shape.hidden_size}, "
+                f"{shape.num_heads} heads / {shape.num_kv_heads} KV x {shape.head_dim}, MLP {shape.intermediate_size}, "
+                f"vocab {shape.vocab_size}, {'tied' if shape.tie_word_embeddings else 'untied'} embeddings"
+                + (f", {shape.num_experts} experts ({shape.num_experts_per_tok} active)" if shape.is_moe else "")
+                + f" (from {shape.source})",
+            )
+        )
+
+
+def _world_size_check(plan: Plan, script_args, args, W: int) -> None:
+    """A launch on another world size than the recipe's changes its batch: say how to keep it."""
+    B, GA, SPG = args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation
+    expected = _get(script_args, "expected_world_size")
+    if expected is not None and expected != W:
+        ga, spg = expected * GA / W, expected * SPG / W
+        fix = (
+            f"--gradient_accumulation_steps {ga:g} --steps_per_generation {spg:g} --expected_world_size {W}"
+            if ga.is_integer() and spg.is_integer()
+            else "a per_device_train_batch_size that makes them integers"
+        )
+        plan.warning(
+            "expected_world_size",
+            f"the recipe assumes {expected} processes, this launch has {W}: a generation holds {B * W * SPG} "
+            f"completions instead of {B * expected * SPG}. To keep the recipe's batch: {fix}.",
+        )
+
+
+def _batch_section(plan: Plan, args, W, steps_per_generation, prompt_tokens, prompt_source, seq_tokens) -> int:
+    """TRL's batch arithmetic; returns the completions of one generation."""
+    B, GA, SPG = args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation
+    iterations, G, C = args.num_iterations, args.num_generations, args.max_completion_length or 0
+    completions_per_generation = B * W * SPG
+    rows = plan.section("Batch (TRL's arithmetic)")
+    rows += [
+        ("world size", str(W)),
+        (
+            "completions per generation",
+            f"{B} x {W} x {SPG} = {completions_per_generation} ({completions_per_generation // G} prompts x {G})",
+        ),
+        ("completions per optimizer step", f"{B} x {W} x {GA} = {B * W * GA}"),
+        ("optimizer steps per generation", f"{SPG} x {iterations} / {GA} = {steps_per_generation:g}"),
+        (
+            "sequence length",
+            f"{prompt_tokens} prompt ({prompt_source}) + {C} completion = {seq_tokens} tokens at most",
+        ),
+    ]
+    if args.max_steps and args.max_steps > 0:
+        rows.append(
+            ("run", f"{args.max_steps} optimizer steps = {args.max_steps / steps_per_generation:g} generations")
+        )
+    return completions_per_generation
+
+
 def _launch_text(launch: Launch) -> str:
     backend = f"DeepSpeed ZeRO-{launch.zero_stage}" if launch.deepspeed else "no DeepSpeed (DDP or one process)"
     if launch.offload_optimizer or launch.offload_params:
@@ -495,61 +522,17 @@ class _Memory:
 
 
 def _training_memory(plan: Plan, args, model_args, launch: Launch, shape: ModelShape, seq_tokens: int, C: int):
-    W, P = launch.world_size, shape.num_params
+    P = shape.num_params
     use_peft = bool(_get(model_args, "use_peft", False))
     dtype = str(_get(model_args, "dtype", None) or "float32")
     trainable = shape.lora_params(model_args.lora_r, model_args.lora_target_modules) if use_peft else P
     rows = plan.section("Training memory per GPU (estimate)")
     stage = launch.zero_stage
-    if launch.deepspeed and (launch.mixed_precision == "bf16" or dtype == "bfloat16"):
-        # DeepSpeed in bf16: 16-bit weights and gradients, fp32 master weights + Adam moments (12 bytes/parameter)
-        weights = 2 * P / (W if stage == 3 else 1)
-        grads = 2 * trainable / (W if stage >= 2 else 1)
-        states = 12 * trainable / (W if stage >= 1 else 1)
-        master = "fp32 master weights + Adam moments, 12 B/param"
-    else:
-        w_bytes = DTYPE_BYTES.get(dtype, 4)
-        t_bytes = 4 if use_peft else w_bytes  # PEFT upcasts adapters to fp32 outside ZeRO-3
-        shard = W if launch.deepspeed else 1
-        weights = w_bytes * P / (shard if stage == 3 else 1)
-        grads = t_bytes * trainable / (shard if (stage or 0) >= 2 else 1)
-        states = 2 * t_bytes * trainable / (shard if (stage or 0) >= 1 else 1)
-        master = f"AdamW moments in the parameters' dtype, {2 * t_bytes} B/param"
-    if launch.offload_optimizer:
-        states, master = 0.0, master + ", offloaded to CPU"
-    if launch.offload_params and stage == 3:
-        weights = 0.0
-    # a frozen copy of the model: TRL's KL reference (beta > 0) or PACS's pi_ref (pacs_anchor reference); with LoRA
-    # both are the base model without (or with a second, frozen) adapter, so no copy
-    reference = 0.0
-    if not use_peft and (args.beta != 0.0 or _get(args, "pacs_anchor") == "reference"):
-        if launch.deepspeed:  # prepare_deepspeed: bf16, sharded under ZeRO-3, replicated otherwise
-            reference = 2 * P / (W if stage == 3 else 1)
-        else:
-            reference = DTYPE_BYTES.get(dtype, 4) * P
+    weights, grads, states, master = _model_states(launch, shape, trainable, use_peft, dtype)
+    reference = _reference_model_bytes(args, launch, shape, use_peft, dtype)
     persistent = weights + grads + states + reference + CUDA_OVERHEAD_GIB * GiB
-
-    # activations of one micro-batch of B sequences of seq_tokens tokens
     B = args.per_device_train_batch_size
-    tokens = B * seq_tokens
-    per_layer = shape.activation_bytes_per_token() * tokens
-    if args.gradient_checkpointing:
-        # the layer inputs kept, plus the layer being recomputed in backward: its activations and the gradients in
-        # flight through it (about half as much again)
-        activations = shape.num_layers * tokens * shape.hidden_size * 2 + 1.5 * per_layer
-        activations_other = shape.num_layers * per_layer
-    else:
-        activations = shape.num_layers * per_layer
-        activations_other = shape.num_layers * tokens * shape.hidden_size * 2 + 1.5 * per_layer
-    # TRL's fused LM head: [4096 x 32768] tiles, fp32 gradient of the hidden states, and of the head when it trains
-    lm_head = 4096 * 32768 * 2 + B * C * shape.hidden_size * 4
-    if not use_peft:
-        lm_head += shape.embedding_params * (4 + 2)  # fp32 accumulation + its cast
-    if stage == 3:
-        lm_head += shape.embedding_params * 2  # the gathered head
-        zero3_live = 2 * 2 * shape.layer_params  # gathered layers in flight (current + prefetched)
-    else:
-        zero3_live = 0
+    activations, activations_other, lm_head, zero3_live = _transients(args, launch, shape, seq_tokens, C, use_peft)
     peak = persistent + activations + lm_head + zero3_live
     rows += [
         ("weights", f"{_gib(weights)}" + (" (sharded)" if stage == 3 else "")),
@@ -577,55 +560,129 @@ def _training_memory(plan: Plan, args, model_args, launch: Launch, shape: ModelS
     return _Memory(persistent=persistent, peak=peak, trainable=trainable)
 
 
+def _model_states(launch: Launch, shape: ModelShape, trainable: int, use_peft: bool, dtype: str):
+    """Bytes per GPU of the weights, gradients and optimizer states, and how the optimizer keeps them."""
+    W, P, stage = launch.world_size, shape.num_params, launch.zero_stage
+    if launch.deepspeed and (launch.mixed_precision == "bf16" or dtype == "bfloat16"):
+        # DeepSpeed in bf16: 16-bit weights and gradients, fp32 master weights + Adam moments (12 bytes/parameter)
+        weights = 2 * P / (W if stage == 3 else 1)
+        grads = 2 * trainable / (W if stage >= 2 else 1)
+        states = 12 * trainable / (W if stage >= 1 else 1)
+        master = "fp32 master weights + Adam moments, 12 B/param"
+    else:
+        w_bytes = DTYPE_BYTES.get(dtype, 4)
+        t_bytes = 4 if use_peft else w_bytes  # PEFT upcasts adapters to fp32 outside ZeRO-3
+        shard = W if launch.deepspeed else 1
+        weights = w_bytes * P / (shard if stage == 3 else 1)
+        grads = t_bytes * trainable / (shard if (stage or 0) >= 2 else 1)
+        states = 2 * t_bytes * trainable / (shard if (stage or 0) >= 1 else 1)
+        master = f"AdamW moments in the parameters' dtype, {2 * t_bytes} B/param"
+    if launch.offload_optimizer:
+        states, master = 0.0, master + ", offloaded to CPU"
+    if launch.offload_params and stage == 3:
+        weights = 0.0
+    return weights, grads, states, master
+
+
+def _reference_model_bytes(args, launch: Launch, shape: ModelShape, use_peft: bool, dtype: str) -> float:
+    """A frozen copy of the model: TRL's KL reference (beta > 0) or PACS's pi_ref (pacs_anchor reference); with LoRA
+    both are the base model without (or with a second, frozen) adapter, so no copy."""
+    P = shape.num_params
+    reference = 0.0
+    if not use_peft and (args.beta != 0.0 or _get(args, "pacs_anchor") == "reference"):
+        if launch.deepspeed:  # prepare_deepspeed: bf16, sharded under ZeRO-3, replicated otherwise
+            reference = 2 * P / (launch.world_size if launch.zero_stage == 3 else 1)
+        else:
+            reference = DTYPE_BYTES.get(dtype, 4) * P
+    return reference
+
+
+def _transients(args, launch: Launch, shape: ModelShape, seq_tokens: int, C: int, use_peft: bool):
+    """Bytes of one micro-batch of B sequences of seq_tokens tokens: the activations (and what they would be with
+    gradient checkpointing switched), the fused LM head's, and ZeRO-3's gathered layers."""
+    B, stage = args.per_device_train_batch_size, launch.zero_stage
+    tokens = B * seq_tokens
+    per_layer = shape.activation_bytes_per_token() * tokens
+    if args.gradient_checkpointing:
+        # the layer inputs kept, plus the layer being recomputed in backward: its activations and the gradients in
+        # flight through it (about half as much again)
+        activations = shape.num_layers * tokens * shape.hidden_size * 2 + 1.5 * per_layer
+        activations_other = shape.num_layers * per_layer
+    else:
+        activations = shape.num_layers * per_layer
+        activations_other = shape.num_layers * tokens * shape.hidden_size * 2 + 1.5 * per_layer
+    # TRL's fused LM head: [4096 x 32768] tiles, fp32 gradient of the hidden states, and of the head when it trains
+    lm_head = 4096 * 32768 * 2 + B * C * shape.hidden_size * 4
+    if not use_peft:
+        lm_head += shape.embedding_params * (4 + 2)  # fp32 accumulation + its cast
+    if stage == 3:
+        lm_head += shape.embedding_params * 2  # the gathered head
+        zero3_live = 2 * 2 * shape.layer_params  # gathered layers in flight (current + prefetched)
+    else:
+        zero3_live = 0
+    return activations, activations_other, lm_head, zero3_live
+
+
 def _vllm(plan, args, launch, shape, serve, trainer, TP, prompt_tokens, seq_tokens, completions_per_generation):
     rows = plan.section(f"vLLM ({args.vllm_mode})")
-    B, SPG = args.per_device_train_batch_size, args.steps_per_generation
-    gpu = launch.gpu_memory_gib * GiB if launch.gpu_memory_gib else None
-    max_model_len = args.vllm_max_model_length
     if args.vllm_mode == "server":
-        rows.append(("engine", "trl vllm-serve on GPUs of its own; the training processes send prompts and weights"))
-        if serve is None:
-            rows.append(("server", "not given (pass --vllm-serve '<its options>' to check it)"))
-            return
-        rows.append(
-            (
-                "server",
-                f"tensor_parallel_size {serve.tensor_parallel_size}, data_parallel_size {serve.data_parallel_size}, "
-                f"gpu_memory_utilization {serve.gpu_memory_utilization:g}, max_model_len {serve.max_model_len}",
-            )
-        )
-        if shape is not None and serve.data_parallel_size > 1 and not shape.is_moe:
-            tp = serve.data_parallel_size * serve.tensor_parallel_size
-            while shape.num_heads % tp:
-                tp -= 1
-            plan.error(
-                "tensor_parallel_size",
-                f"trl vllm-serve --data_parallel_size {serve.data_parallel_size} on a dense model: TRL 1.16 says "
-                "'For dense models, keep this at 1' (vLLM errors out, vLLM PR #30739). Use tensor parallelism on "
-                f"the server's GPUs: --data_parallel_size 1 --tensor_parallel_size {tp}.",
-            )
-        if serve.max_model_len is not None and serve.max_model_len < seq_tokens:
-            plan.warning(
-                "max_model_len",
-                f"the server's --max_model_len {serve.max_model_len} is below prompt + completion = {seq_tokens}: "
-                f"use --max_model_len {seq_tokens}.",
-            )
-        if shape is not None and gpu:
-            tp = serve.tensor_parallel_size
-            weights = 2 * shape.num_params / tp
-            if serve.gpu_memory_utilization * gpu < weights + VLLM_FIXED_OVERHEAD_GIB * GiB:
-                plan.error(
-                    "gpu_memory_utilization",
-                    f"the server's share {serve.gpu_memory_utilization:g} x {launch.gpu_memory_gib:g} GiB cannot "
-                    f"hold {_gib(weights)} of weights per GPU: raise --gpu_memory_utilization or "
-                    "--tensor_parallel_size.",
-                )
+        _vllm_server(plan, rows, launch, shape, serve, seq_tokens)
         return
+    max_num_seqs = args.per_device_train_batch_size * TP * args.steps_per_generation
+    rows += _vllm_colocate_rows(args, launch, shape, TP, max_num_seqs)
+    _vllm_colocate_checks(plan, args, launch, TP, max_num_seqs, seq_tokens, completions_per_generation)
+    if shape is None or not launch.gpu_memory_gib:
+        rows.append(("KV cache", "unknown (needs the model's shape and --gpu-memory-gb)"))
+        return
+    _vllm_kv_cache(plan, rows, args, launch, shape, trainer, TP, seq_tokens, max_num_seqs)
 
-    # colocate: TRL's LLM(...) arguments
-    max_num_seqs = B * TP * SPG
-    share = args.vllm_gpu_memory_utilization
-    rows += [
+
+def _vllm_server(plan: Plan, rows, launch: Launch, shape: ModelShape | None, serve: VllmServe | None, seq_tokens):
+    """vllm_mode server: the `trl vllm-serve` command's parallelism, context length and memory share."""
+    rows.append(("engine", "trl vllm-serve on GPUs of its own; the training processes send prompts and weights"))
+    if serve is None:
+        rows.append(("server", "not given (pass --vllm-serve '<its options>' to check it)"))
+        return
+    rows.append(
+        (
+            "server",
+            f"tensor_parallel_size {serve.tensor_parallel_size}, data_parallel_size {serve.data_parallel_size}, "
+            f"gpu_memory_utilization {serve.gpu_memory_utilization:g}, max_model_len {serve.max_model_len}",
+        )
+    )
+    if shape is not None and serve.data_parallel_size > 1 and not shape.is_moe:
+        tp = serve.data_parallel_size * serve.tensor_parallel_size
+        while shape.num_heads % tp:
+            tp -= 1
+        plan.error(
+            "tensor_parallel_size",
+            f"trl vllm-serve --data_parallel_size {serve.data_parallel_size} on a dense model: TRL 1.16 says "
+            "'For dense models, keep this at 1' (vLLM errors out, vLLM PR #30739). Use tensor parallelism on "
+            f"the server's GPUs: --data_parallel_size 1 --tensor_parallel_size {tp}.",
+        )
+    if serve.max_model_len is not None and serve.max_model_len < seq_tokens:
+        plan.warning(
+            "max_model_len",
+            f"the server's --max_model_len {serve.max_model_len} is below prompt + completion = {seq_tokens}: "
+            f"use --max_model_len {seq_tokens}.",
+        )
+    gpu = launch.gpu_memory_gib * GiB if launch.gpu_memory_gib else None
+    if shape is not None and gpu:
+        weights = 2 * shape.num_params / serve.tensor_parallel_size
+        if serve.gpu_memory_utilization * gpu < weights + VLLM_FIXED_OVERHEAD_GIB * GiB:
+            plan.error(
+                "gpu_memory_utilization",
+                f"the server's share {serve.gpu_memory_utilization:g} x {launch.gpu_memory_gib:g} GiB cannot "
+                f"hold {_gib(weights)} of weights per GPU: raise --gpu_memory_utilization or "
+                "--tensor_parallel_size.",
+            )
+
+
+def _vllm_colocate_rows(args, launch: Launch, shape: ModelShape | None, TP: int, max_num_seqs: int) -> list:
+    """What TRL passes to the colocated engine's `LLM(...)`."""
+    B, SPG = args.per_device_train_batch_size, args.steps_per_generation
+    max_model_len, share = args.vllm_max_model_length, args.vllm_gpu_memory_utilization
+    return [
         (
             "max_num_seqs",
             f"per_device_train_batch_size x vllm_tensor_parallel_size x steps_per_generation = {B} x {TP} x {SPG} = {max_num_seqs}",
@@ -639,12 +696,17 @@ def _vllm(plan, args, launch, shape, serve, trainer, TP, prompt_tokens, seq_toke
         ),
         (
             "gpu_memory_utilization",
-            f"{share:g}" + (f" = {share * launch.gpu_memory_gib:.1f} GiB per GPU" if gpu else ""),
+            f"{share:g}" + (f" = {share * launch.gpu_memory_gib:.1f} GiB per GPU" if launch.gpu_memory_gib else ""),
         ),
         ("tensor_parallel_size", str(TP)),
         ("sleep mode", "on (weights and KV cache freed while training)" if args.vllm_enable_sleep_mode else "off"),
         ("generation batch per engine", f"{B * TP * SPG} completions of up to {args.max_completion_length} tokens"),
     ]
+
+
+def _vllm_colocate_checks(plan: Plan, args, launch: Launch, TP, max_num_seqs, seq_tokens, completions_per_generation):
+    """The settings with which the colocated engines cannot be grouped or vLLM refuses to start."""
+    B, max_model_len = args.per_device_train_batch_size, args.vllm_max_model_length
     if launch.world_size % TP:
         plan.error(
             "vllm_tensor_parallel_size",
@@ -669,25 +731,37 @@ def _vllm(plan, args, launch, shape, serve, trainer, TP, prompt_tokens, seq_toke
             f"vllm_max_model_length {max_model_len} < prompt + max_completion_length = {seq_tokens}: long prompts "
             f"get fewer completion tokens, or are refused. Use vllm_max_model_length {seq_tokens}.",
         )
-    if shape is None or not gpu:
-        rows.append(("KV cache", "unknown (needs the model's shape and --gpu-memory-gb)"))
-        return
-    if shape.num_heads % TP:
-        plan.error("vllm_tensor_parallel_size", f"{TP} does not divide the model's {shape.num_heads} attention heads.")
+
+
+def _vllm_engine_memory(shape: ModelShape, TP: int, max_num_seqs: int) -> tuple[float, float]:
+    """Bytes of one colocated engine rank besides its KV cache: its weights, and its overhead."""
     weights = 2 * shape.num_params / TP  # vLLM loads the checkpoint's bf16
     profile = (
         TRL_MAX_NUM_BATCHED_TOKENS * (4 * shape.hidden_size + 6 * shape.mlp_width) * 2
         + min(max_num_seqs, TRL_MAX_NUM_BATCHED_TOKENS) * shape.vocab_size * 4 * 2
     )  # the profile run's activations over the token budget, and the sampler's fp32 logits + probabilities
     overhead = VLLM_FIXED_OVERHEAD_GIB * GiB + profile
+    return weights, overhead
+
+
+def _vllm_kv_cache(plan: Plan, rows, args, launch: Launch, shape: ModelShape, trainer, TP, seq_tokens, max_num_seqs):
+    """The colocated engine's share of the GPU: its weights, overhead and KV cache, the sequences it decodes at once,
+    and (with the trainer's estimate) the GPU memory while generating and while training."""
+    B, SPG = args.per_device_train_batch_size, args.steps_per_generation
+    gpu = launch.gpu_memory_gib * GiB
+    share = args.vllm_gpu_memory_utilization
+    if shape.num_heads % TP:
+        plan.error("vllm_tensor_parallel_size", f"{TP} does not divide the model's {shape.num_heads} attention heads.")
+    weights, overhead = _vllm_engine_memory(shape, TP, max_num_seqs)
     kv_per_token = shape.kv_bytes_per_token(TP)
-    model_len = max_model_len or shape.max_position_embeddings or seq_tokens
+    model_len = args.vllm_max_model_length or shape.max_position_embeddings or seq_tokens
     budget = share * gpu
     kv = budget - weights - overhead
     # the largest share that still fits next to the trainer's persistent memory while generating
     trainer_resident = trainer.persistent if trainer is not None else CUDA_OVERHEAD_GIB * GiB
     share_max = math.floor((gpu - trainer_resident) / gpu * 100) / 100
     share_min = math.ceil((weights + overhead + MIN_CONCURRENT_SEQUENCES * model_len * kv_per_token) / gpu * 100) / 100
+    fix = _share_fix(share_min, share_max)
     rows += [
         ("engine weights", f"{_gib(weights)} (bf16{', 1/' + str(TP) + ' per rank' if TP > 1 else ''})"),
         (
@@ -700,8 +774,7 @@ def _vllm(plan, args, launch, shape, serve, trainer, TP, prompt_tokens, seq_toke
         plan.error(
             "vllm_gpu_memory_utilization",
             f"{share:g} x {launch.gpu_memory_gib:g} GiB = {_gib(budget)} cannot hold the engine's {_gib(weights)} of "
-            f"weights and {_gib(overhead)} of overhead (vLLM: 'No available memory for the cache blocks'). "
-            + _share_fix(share_min, share_max),
+            f"weights and {_gib(overhead)} of overhead (vLLM: 'No available memory for the cache blocks'). " + fix,
         )
         return
     kv_tokens = kv / kv_per_token
@@ -720,34 +793,39 @@ def _vllm(plan, args, launch, shape, serve, trainer, TP, prompt_tokens, seq_toke
         plan.error(
             "vllm_gpu_memory_utilization",
             f"the KV cache ({kv_tokens:.0f} tokens) cannot hold one sequence of max_model_len {model_len} (vLLM "
-            f"refuses to start). " + _share_fix(share_min, share_max) + " Or lower vllm_max_model_length.",
+            f"refuses to start). " + fix + " Or lower vllm_max_model_length.",
         )
     elif concurrent < MIN_CONCURRENT_SEQUENCES:
         plan.warning(
             "vllm_gpu_memory_utilization",
             f"the KV cache holds only {concurrent} full-length sequences at once: generation runs {waves} waves. "
-            + _share_fix(share_min, share_max),
+            + fix,
         )
     if trainer is not None:
-        generating = trainer.persistent + budget
-        rows.append(
-            ("while generating", f"{_gib(generating)} (the trainer's weights/gradients/optimizer + vLLM's share)")
-        )
-        if generating > gpu:
-            plan.error(
-                "vllm_gpu_memory_utilization",
-                f"while vLLM generates, the trainer keeps {_gib(trainer.persistent)} and vLLM takes {_gib(budget)}: "
-                f"{_gib(generating)} > {launch.gpu_memory_gib:g} GiB. " + _share_fix(share_min, share_max),
-            )
-        training = trainer.peak + (VLLM_SLEEPING_GIB * GiB if args.vllm_enable_sleep_mode else budget)
-        rows.append(
-            (
-                "while training",
-                f"{_gib(training)} (training peak + vLLM {'asleep' if args.vllm_enable_sleep_mode else 'awake: sleep mode off'})",
-            )
-        )
-        _memory_limit(plan, training, gpu, "training (with vLLM colocated)")
+        _vllm_memory_share(plan, rows, args, launch, trainer, budget, fix)
     plan.vllm = {"max_num_seqs": max_num_seqs, "concurrent": concurrent, "kv_tokens": kv_tokens}
+
+
+def _vllm_memory_share(plan: Plan, rows, args, launch: Launch, trainer: _Memory, budget: float, fix: str) -> None:
+    """The GPU memory with the colocated engine beside the trainer: awake while generating, asleep (or not) while
+    training."""
+    gpu = launch.gpu_memory_gib * GiB
+    generating = trainer.persistent + budget
+    rows.append(("while generating", f"{_gib(generating)} (the trainer's weights/gradients/optimizer + vLLM's share)"))
+    if generating > gpu:
+        plan.error(
+            "vllm_gpu_memory_utilization",
+            f"while vLLM generates, the trainer keeps {_gib(trainer.persistent)} and vLLM takes {_gib(budget)}: "
+            f"{_gib(generating)} > {launch.gpu_memory_gib:g} GiB. " + fix,
+        )
+    training = trainer.peak + (VLLM_SLEEPING_GIB * GiB if args.vllm_enable_sleep_mode else budget)
+    rows.append(
+        (
+            "while training",
+            f"{_gib(training)} (training peak + vLLM {'asleep' if args.vllm_enable_sleep_mode else 'awake: sleep mode off'})",
+        )
+    )
+    _memory_limit(plan, training, gpu, "training (with vLLM colocated)")
 
 
 def _share_fix(share_min: float, share_max: float) -> str:
@@ -861,14 +939,9 @@ def _evaluation(plan, script_args, args, launch, shape, trainer, seq_tokens, C, 
     push_s = WEIGHT_PUSH_S_PER_GB * 2 * shape.num_params / GB if pushes else 0.0
     concurrent = plan.vllm.get("concurrent") or per_call
     eval_s = calls * (math.ceil(per_call * TP / max(concurrent, 1)) * C * step_s + push_s)
-    # training between two evaluations: the rollouts (waves of full-length decoding) + forward/backward
-    gens = args.eval_steps / steps_per_generation if args.eval_steps else 0
-    gen_batch = args.per_device_train_batch_size * TP * args.steps_per_generation
-    rollout_s = math.ceil(gen_batch / max(concurrent, 1)) * C * step_s + push_s
-    tokens_per_gen = gen_batch / TP * seq_tokens  # per process
-    flops = (8 if args.gradient_checkpointing else 6) * shape.num_params * tokens_per_gen * args.num_iterations
-    flops += 2 * shape.num_params * tokens_per_gen  # the old log-probabilities after each generation
-    train_s = gens * (rollout_s + flops / TRAIN_FLOPS_PER_S)
+    train_s = _training_s_between_evaluations(
+        args, shape, TP, seq_tokens, C, steps_per_generation, step_s, push_s, concurrent
+    )
     evaluations = args.max_steps // args.eval_steps if args.max_steps and args.max_steps > 0 and args.eval_steps else 0
     rows += [
         (
@@ -888,20 +961,7 @@ def _evaluation(plan, script_args, args, launch, shape, trainer, seq_tokens, C, 
         ),
     ]
     if train_s and eval_s > EVAL_WARN_FRACTION * train_s:
-        fixes = []
-        # a larger eval batch means fewer sequential vLLM calls; it is bounded by the trainer's forward over it
-        # (no grad, one layer's transients at a time), which must fit where training fits
-        one_call = math.ceil(completions / W / k) * k
-        if trainer is not None:
-            h, q, kv, i = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.mlp_width
-            per_sequence = seq_tokens * (3 * h + q + 2 * kv + 3 * i) * 2
-            fit = int((trainer.peak - trainer.persistent) // per_sequence) // k * k
-            batch = min(one_call, fit)
-            if batch > per_call:
-                fixes.append(
-                    f"per_device_eval_batch_size {batch} ({math.ceil(completions / (batch * W))} vLLM calls per "
-                    "process; its forward without grad fits in the training peak)"
-                )
+        fixes = _larger_eval_batch(shape, trainer, seq_tokens, completions, W, k, per_call)
         fraction = EVAL_WARN_FRACTION * train_s / eval_s
         if problems * fraction >= 1:
             fixes.append(f"eval_limit {int(problems * fraction)}")
@@ -918,6 +978,35 @@ def _evaluation(plan, script_args, args, launch, shape, trainer, seq_tokens, C, 
             + "; ".join(fixes)
             + ".",
         )
+
+
+def _training_s_between_evaluations(args, shape, TP, seq_tokens, C, steps_per_generation, step_s, push_s, concurrent):
+    """Training between two evaluations: the rollouts (waves of full-length decoding) + forward/backward."""
+    gens = args.eval_steps / steps_per_generation if args.eval_steps else 0
+    gen_batch = args.per_device_train_batch_size * TP * args.steps_per_generation
+    rollout_s = math.ceil(gen_batch / max(concurrent, 1)) * C * step_s + push_s
+    tokens_per_gen = gen_batch / TP * seq_tokens  # per process
+    flops = (8 if args.gradient_checkpointing else 6) * shape.num_params * tokens_per_gen * args.num_iterations
+    flops += 2 * shape.num_params * tokens_per_gen  # the old log-probabilities after each generation
+    return gens * (rollout_s + flops / TRAIN_FLOPS_PER_S)
+
+
+def _larger_eval_batch(shape, trainer, seq_tokens, completions, W, k, per_call) -> list[str]:
+    """A larger per_device_eval_batch_size, if one fits: it means fewer sequential vLLM calls; it is bounded by the
+    trainer's forward over it (no grad, one layer's transients at a time), which must fit where training fits."""
+    one_call = math.ceil(completions / W / k) * k
+    if trainer is None:
+        return []
+    h, q, kv, i = shape.hidden_size, shape.q_dim, shape.kv_dim, shape.mlp_width
+    per_sequence = seq_tokens * (3 * h + q + 2 * kv + 3 * i) * 2
+    fit = int((trainer.peak - trainer.persistent) // per_sequence) // k * k
+    batch = min(one_call, fit)
+    if batch <= per_call:
+        return []
+    return [
+        f"per_device_eval_batch_size {batch} ({math.ceil(completions / (batch * W))} vLLM calls per "
+        "process; its forward without grad fits in the training peak)"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
