@@ -311,11 +311,13 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
     # which TRL hands to every reward function as a keyword argument.
     train_dataset, eval_dataset = load_datasets(script_args, training_args)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
-    # before the model loads, for either algorithm: a missing column or an empty set is an error that names the fix
+    # before the model loads: a missing column or an empty set is an error that names the fix (PACSTrainer runs this
+    # check itself, before it loads the model; the GRPO baseline's trainer does not)
     for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-        check_train_dataset(
-            dataset, reward_funcs, name=name, remove_unused_columns=training_args.remove_unused_columns
-        )
+        if script_args.algorithm != "pacs":
+            check_train_dataset(
+                dataset, reward_funcs, name=name, remove_unused_columns=training_args.remove_unused_columns
+            )
     if script_args.max_prompt_tokens is not None:  # the paper filters overlong prompts before training
         from transformers import AutoTokenizer
 
@@ -347,9 +349,9 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
         print(f"{script_args.algorithm} on {len(train_dataset)} problems, {backend}: {arithmetic}")
 
     # 4. Train, resuming if asked (`--resume_from_checkpoint true`: the newest complete checkpoint in output_dir).
-    resume = resolve_resume_checkpoint(
-        training_args.resume_from_checkpoint, training_args.output_dir, verbose=trainer.accelerator.is_main_process
-    )
+    resume = training_args.resume_from_checkpoint  # PACSTrainer.train resolves it (pacs.checkpoints); GRPOTrainer not
+    if script_args.algorithm != "pacs":
+        resume = resolve_resume_checkpoint(resume, training_args.output_dir, trainer.accelerator.is_main_process)
     trainer.train(resume_from_checkpoint=resume)
 
     # 5. Save (LoRA: the adapter; ZeRO-3: the gathered 16-bit weights) and push like any TRL script.
