@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import subprocess
+import types
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
+from pacs import PACSTrainer
 from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, build_qwen3, build_tiny_tokenizer
 from pacs.vllm_sync import STALE_GAP, install_lora_push, iter_merged_params, log_sampling_gap, sampling_gap
 
@@ -256,7 +258,7 @@ def _monitored_trainer(correction: bool, trainer_logps=None):
         calls.append((input_ids.shape, logits_to_keep, batch_size))
         return trainer_logps, None, None
 
-    return SimpleNamespace(
+    trainer = SimpleNamespace(
         use_vllm=True,
         vllm_importance_sampling_correction=correction,
         model=SimpleNamespace(training=True, is_gradient_checkpointing=False),
@@ -267,7 +269,9 @@ def _monitored_trainer(correction: bool, trainer_logps=None):
             per_device_train_batch_size=2, per_device_eval_batch_size=2, gradient_checkpointing_kwargs=None
         ),
         _get_per_token_logps_and_entropies=get_logps,
-    ), calls
+    )
+    trainer._per_token_logps = types.MethodType(PACSTrainer._per_token_logps, trainer)  # the batch as PACS builds it
+    return trainer, calls
 
 
 def _output(gap: float, with_trainer_logps: bool = True) -> dict:

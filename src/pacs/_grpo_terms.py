@@ -7,9 +7,19 @@ them. They are re-done here, in one place, to GRPOTrainer's definitions (tests/t
 from __future__ import annotations
 
 import torch
+from trl.models.utils import disable_gradient_checkpointing
 
 
-__all__ = ["MULTIMODAL_KEYS", "add_grpo_terms", "entropy_bonus", "forward_inputs", "loss_mask", "per_token_kl"]
+__all__ = [
+    "MULTIMODAL_KEYS",
+    "add_grpo_terms",
+    "entropy_bonus",
+    "forward_inputs",
+    "logps_without_grad",
+    "loss_mask",
+    "per_token_kl",
+    "token_mean",
+]
 
 # Optional forward inputs (vision-language models) that GRPOTrainer passes through to the model.
 MULTIMODAL_KEYS = (
@@ -52,8 +62,16 @@ def per_token_kl(
     return kl
 
 
-def _token_mean(accelerator, values: torch.Tensor, mask: torch.Tensor) -> float:
-    # GRPOTrainer's global_masked_mean: token-weighted over all processes
+def logps_without_grad(trainer, model, batch: dict, batch_size: int | None = None) -> torch.Tensor:
+    """Per-token log-probs `(B, T)` of `batch`'s completion tokens under `model`, as GRPOTrainer computes its old and
+    reference log-probs: without grad and without activation checkpointing (which a forward without grad does not
+    need, and which warns with use_reentrant=True)."""
+    with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
+        return trainer._per_token_logps(model, batch, batch_size=batch_size)[0]
+
+
+def token_mean(accelerator, values: torch.Tensor, mask: torch.Tensor) -> float:
+    """GRPOTrainer's `global_masked_mean` of a per-token metric: token-weighted over all processes."""
     totals = accelerator.reduce(torch.stack([(values.detach() * mask).sum(), mask.sum().float()]), "sum")
     return (totals[0] / totals[1].clamp(min=1.0)).item()
 
@@ -109,7 +127,7 @@ def add_grpo_terms(
         old = inputs.get("old_per_token_logps")
         kl = per_token_kl(per_token_logps, inputs["ref_per_token_logps"], old, trainer.args.use_bias_correction_kl)
         loss = loss + trainer.beta * ((kl * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-        metrics["kl"].append(_token_mean(trainer.accelerator, kl, mask))
+        metrics["kl"].append(token_mean(trainer.accelerator, kl, mask))
     normalizer = trainer.current_gradient_accumulation_steps if mode == "train" else 1.0  # no accumulation in eval
     loss = loss / normalizer
     if trainer._entropy_bonus_enabled:
@@ -118,5 +136,5 @@ def add_grpo_terms(
     if trainer.aux_loss_enabled:
         loss = loss + trainer.router_aux_loss_coef * aux_loss / normalizer
         metrics["aux_loss"].append(gather(aux_loss.detach()).mean().item())
-    metrics["entropy"].append(_token_mean(trainer.accelerator, entropies, mask))
+    metrics["entropy"].append(token_mean(trainer.accelerator, entropies, mask))
     return loss

@@ -37,6 +37,8 @@ import os
 import torch
 from accelerate.utils import is_peft_model
 
+from ._grpo_terms import logps_without_grad, per_token_kl, token_mean
+
 
 logger = logging.getLogger(__name__)
 
@@ -199,18 +201,13 @@ class ReferenceAnchor:
             output[LOGPS_KEY] = output["ref_per_token_logps"]
             return output
         batch_size = trainer.args.per_device_train_batch_size
-        from trl.models.utils import disable_gradient_checkpointing
+        if self.peft:
+            from trl.trainer.utils import use_adapter
 
-        no_checkpointing = disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs)
-        with torch.no_grad(), no_checkpointing:
-            if self.peft:
-                from trl.trainer.utils import use_adapter
-
-                with use_adapter(trainer.accelerator.unwrap_model(trainer.model), REF_ADAPTER):
-                    logps, _, _ = trainer._per_token_logps(trainer.model, output, batch_size=batch_size)
-            else:
-                logps, _, _ = trainer._per_token_logps(self.ref_model, output, batch_size=batch_size)
-        output[LOGPS_KEY] = logps.detach()
+            with use_adapter(trainer.accelerator.unwrap_model(trainer.model), REF_ADAPTER):
+                output[LOGPS_KEY] = logps_without_grad(trainer, trainer.model, output, batch_size)
+        else:
+            output[LOGPS_KEY] = logps_without_grad(trainer, self.ref_model, output, batch_size)
         return output
 
     # checkpoints ----------------------------------------------------------------------------------------------
@@ -312,11 +309,9 @@ class AnchorHooks:
     def _log_anchor_metrics(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
         if self._pacs_reference is None:
             return
-        delta = (inputs[LOGPS_KEY] - per_token_logps).detach()  # (B, T) log pi_ref - log pi_theta
-        kl = torch.stack([((delta.exp() - delta - 1) * mask).sum(), mask.sum().to(delta.dtype)])
-        totals = self.accelerator.reduce(kl, "sum")
+        kl = per_token_kl(per_token_logps.detach(), inputs[LOGPS_KEY], None, bias_correction=False)  # (B, T)
         metrics = self._metrics["train"]
-        metrics["pacs/reference_kl"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        metrics["pacs/reference_kl"].append(token_mean(self.accelerator, kl, mask))
         metrics["pacs/reference_resets"].append(float(self._pacs_reference.resets))
 
     def _save_extra_state(self, folder: str) -> None:

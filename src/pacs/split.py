@@ -16,13 +16,11 @@ closed form (`pacs.loss.pacs_coefficients`). So:
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
-from trl.trainer import grpo_trainer as _grpo_module
 
-from ._grpo_terms import MULTIMODAL_KEYS, loss_mask
+from ._grpo_terms import MULTIMODAL_KEYS, logps_without_grad, loss_mask
 from .loss import compute_reward_proxy, pacs_coefficients
 
 
@@ -134,19 +132,12 @@ def step_batches(trainer, inputs: dict) -> tuple[list[dict], bool] | None:
     return trainer._buffered_inputs[first : first + GA], on_policy
 
 
-@contextlib.contextmanager
-def _no_checkpointing(trainer):
-    # A forward without grad needs no activation checkpointing (and with use_reentrant=True it warns); TRL's helper.
-    with _grpo_module.disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
-        yield
-
-
 def _reward_proxy_without_grad(trainer, batch: dict, mask: torch.Tensor, on_policy: bool) -> torch.Tensor:
     # r of the batch under the current policy, (B,): exactly 0 without a forward where the policy is the anchor
     if trainer._proxy_is_zero(batch, on_policy):
         return torch.zeros(mask.size(0), device=mask.device)
-    with torch.no_grad(), _no_checkpointing(trainer), trainer.compute_loss_context_manager():
-        logps, _, _ = trainer._per_token_logps(trainer.model, batch)
+    with trainer.compute_loss_context_manager():  # as the loss's own forward: r must equal the loss's r
+        logps = logps_without_grad(trainer, trainer.model, batch)
     args = trainer.args
     return compute_reward_proxy(logps, trainer._anchor_logps(batch), mask, args.pacs_beta, args.pacs_reward_proxy)
 

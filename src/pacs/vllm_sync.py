@@ -27,9 +27,8 @@ import types
 import torch
 from accelerate.utils import is_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
-from trl.models.utils import disable_gradient_checkpointing
 
-from ._grpo_terms import forward_inputs, loss_mask
+from ._grpo_terms import logps_without_grad, loss_mask
 
 
 __all__ = ["STALE_GAP", "install_lora_push", "iter_merged_params", "log_sampling_gap", "merged_tensor", "sampling_gap"]
@@ -211,18 +210,8 @@ sampling/sampling_logp_difference/mean: if it keeps growing with the steps, vLLM
 ================================================================================================================"""
 
 
-@torch.no_grad()
 def _trainer_logps(trainer, output: dict, mode: str) -> torch.Tensor:
     """The trainer's log-probs `(B, T)` of the completion tokens, computed as TRL computes `old_per_token_logps`."""
-    completion_ids = output["completion_ids"]
     args = trainer.args
-    with disable_gradient_checkpointing(trainer.model, args.gradient_checkpointing_kwargs):
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model,
-            torch.cat([output["prompt_ids"], completion_ids], dim=1),
-            torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
-            completion_ids.size(1),
-            batch_size=args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size,
-            **forward_inputs(output),
-        )
-    return logps
+    batch_size = args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size
+    return logps_without_grad(trainer, trainer.model, output, batch_size)
