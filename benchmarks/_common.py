@@ -124,6 +124,23 @@ def t_interval(xs) -> tuple[float, float, float] | None:
 CRITIC_KEYS = ("pacs/critic_margin", "pacs/critic_accuracy", "pacs/majority_accuracy", "pacs/critic_close_frac")
 
 
+def critic_steps(log_history: list[dict], steps_per_cycle: int, which: str = "off_policy") -> list[dict]:
+    """The log entries of the optimizer steps that carry PACSTrainer's critic metrics (`CRITIC_KEYS`): `which` is
+    "off_policy" (the steps without a generation before them), "first" (each generation's first step) or "all".
+
+    transformers logs optimizer step k (1-based) with `"step": k`; the step was computed at `global_step` k - 1, and
+    TRL generates when that is a multiple of `steps_per_cycle` (optimizer steps per generation x num_iterations).
+    """
+    first = {"all": None, "off_policy": False, "first": True}[which]
+    return [
+        e
+        for e in log_history
+        if "step" in e
+        and all(k in e for k in CRITIC_KEYS)
+        and (first is None or ((e["step"] - 1) % steps_per_cycle == 0) == first)
+    ]
+
+
 def critic_summary(log_history: list[dict], steps_per_cycle: int) -> dict | None:
     """The implicit critic over the off-policy optimizer steps of a run, from `trainer.state.log_history`.
 
@@ -132,17 +149,11 @@ def critic_summary(log_history: list[dict], steps_per_cycle: int) -> dict | None
     `pacs/majority_accuracy` (always guessing the step's more common label: what the critic has to beat) and
     `pacs/critic_close_frac` (share of completions with |label - sigma(psi)| < 0.1).
 
-    transformers logs optimizer step k (1-based) with `"step": k`; the step was computed at `global_step` k - 1, and
-    TRL generates when that is a multiple of `steps_per_cycle` (optimizer steps per generation x num_iterations).
-    Those steps have psi == 0 exactly and are left out. Every figure is per step first: the quantiles are over the
+    The steps right after a generation (`critic_steps`) have psi == 0 exactly and are left out. Every figure is per step first: the quantiles are over the
     per-step medians of |sigma(psi) - 1/2| (not over completions pooled across steps, as before 2026-12-04), the
     accuracies and shares are means of per-step values. Returns None without such steps or metrics (GRPO, RLOO).
     """
-    off = [
-        e
-        for e in log_history
-        if "step" in e and (e["step"] - 1) % steps_per_cycle != 0 and all(k in e for k in CRITIC_KEYS)
-    ]
+    off = critic_steps(log_history, steps_per_cycle)
     if not off:
         return None
 

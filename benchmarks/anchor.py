@@ -57,21 +57,15 @@ def critic_stats(log: list[dict], steps_per_generation: int, which: str) -> dict
     first step) from PACSTrainer's per-step metrics in `log_history` (transformers logs optimizer step k as
     `"step": k`; TRL generated before it when k - 1 is a multiple of `steps_per_generation`): quantiles of the per-step
     median |sigma(psi) - 1/2|, and the means of the per-step sign accuracy, majority-label accuracy and share of
-    completions with |R - sigma(psi)| < 0.1. (The committed anchor.json pooled completions instead: its
-    `"summary": "pooled"` runs came from the frozen study copy, see anchor.md.)"""
-    first = {"all": None, "off_policy": False, "first": True}[which]
-    rows = [
-        e for e in log
-        if all(k in e for k in _common.CRITIC_KEYS)
-        and (first is None or ((e["step"] - 1) % steps_per_generation == 0) == first)
-    ]  # fmt: skip
+    completions with |R - sigma(psi)| < 0.1. (The committed anchor.json pooled completions instead: its runs,
+    without a `summary` key, came from the frozen study copy, see anchor.md.)"""
+    rows = _common.critic_steps(log, steps_per_generation, which)
     if not rows:
         return None
-    margin = sorted(e["pacs/critic_margin"] for e in rows)
     return {
         "summary": "per_step",
         "steps": len(rows),
-        "margin_q10_q50_q90": [margin[int(q * (len(margin) - 1))] for q in (0.1, 0.5, 0.9)],
+        "margin_q10_q50_q90": _common.quantiles([e["pacs/critic_margin"] for e in rows]),
         "critic_accuracy": statistics.mean(e["pacs/critic_accuracy"] for e in rows),
         "majority_accuracy": statistics.mean(e["pacs/majority_accuracy"] for e in rows),
         "close_frac": statistics.mean(e["pacs/critic_close_frac"] for e in rows),
