@@ -23,9 +23,8 @@ policy's token entropy, mean |r|, the k3 KL to pi_ref and the resets. Writes anc
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as futures
+import functools
 import json
-import multiprocessing
 import os
 import statistics
 import sys
@@ -34,8 +33,8 @@ from pathlib import Path
 
 import _common  # sets the offline environment before transformers is imported
 import _tasks
+import anchor_report
 import learning
-import torch
 
 
 HERE = Path(__file__).resolve().parent
@@ -72,10 +71,6 @@ def critic_stats(log: list[dict], steps_per_generation: int, which: str) -> dict
     }
 
 
-def _worker_init():
-    torch.set_num_threads(1)
-
-
 def run_one(name: str, lr: float, seed: int, args, model_path: str) -> dict:
     """One RL run from the SFT checkpoint; its test curve, per-step logs and critic statistics."""
     from transformers import PrinterCallback, TrainerCallback
@@ -88,8 +83,7 @@ def run_one(name: str, lr: float, seed: int, args, model_path: str) -> dict:
             if logs and "grad_norm" in logs:
                 steps.append({"step": state.global_step, **{k: logs[k] for k in STEP_KEYS if k in logs}})
 
-    tag = f"{name.replace(' ', '_').replace('=', '')}-lr{lr:g}-s{seed}"
-    out = os.path.join(args.work_dir, "runs", tag)
+    out = os.path.join(args.work_dir, "runs", learning.run_tag(name, lr, seed))
     trainer = learning.make_trainer(name, lr, args, model_path, t["train"], seed, out)
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(_tasks.eval_callback(args, curve))
@@ -113,40 +107,31 @@ def run_one(name: str, lr: float, seed: int, args, model_path: str) -> dict:
     return run
 
 
+def _cache_path(cache: Path, name: str, lr: float, seed: int) -> Path:
+    return cache / f"{learning.run_tag(name, lr, seed)}.json"
+
+
+def _run_and_store(spec: tuple[str, float, int], args, model_path: str, cache: Path) -> None:
+    _cache_path(cache, *spec).write_text(json.dumps(run_one(*spec, args, model_path)))
+
+
 def run_all(args, model_path: str) -> list[dict]:
-    """Every run the study needs, cached one JSON each; reference configs pick their lr on the first seed first."""
+    """Every run the study needs, cached one JSON each (`--jobs` at a time, `_common.run_all`); every config picks its
+    learning rate on the first seed first."""
     cache = Path(args.work_dir) / "anchor_runs"
     cache.mkdir(parents=True, exist_ok=True)
+    store = functools.partial(_run_and_store, args=args, model_path=model_path, cache=cache)
 
-    def path(name, lr, seed):
-        return cache / f"{name.replace(' ', '_').replace('=', '')}-lr{lr:g}-s{seed}.json"
-
-    def run_batch(jobs: list[tuple[str, float, int]]) -> None:
-        todo = [j for j in jobs if not path(*j).exists()]
-        if args.jobs == 1:  # in this process (no pickling: tests load this script under another module name)
-            for j in todo:
-                path(*j).write_text(json.dumps(run_one(*j, args, model_path)))
-            return
-        context = multiprocessing.get_context("spawn")  # no fork after torch's thread pools exist
-        with futures.ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_worker_init) as pool:
-            pending = {pool.submit(run_one, *j, args, model_path): j for j in todo}
-            for done in futures.as_completed(pending):
-                path(*pending[done]).write_text(json.dumps(done.result()))
+    def run_batch(specs: list[tuple[str, float, int]]) -> None:
+        todo = [spec for spec in specs if not _cache_path(cache, *spec).exists()]
+        _common.run_all(store, todo, args.jobs, lambda _: None)
 
     seeds = args.seeds
     run_batch([(c, lr, seeds[0]) for lr in args.lr_grid for c in args.configs])
-    picked = pick([json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))], args)
+    runs = [json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))]
+    picked = anchor_report.picked_lrs(runs, args.configs, seeds[0], args.lr_grid)
     run_batch([(c, picked[c], s) for s in seeds[1:] for c in args.configs])
     return [json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))]
-
-
-def pick(runs: list[dict], args) -> dict:
-    picked = {}
-    for c in args.configs:
-        rs = [r for r in runs if r["config"] == c and r["seed"] == args.seeds[0] and r["lr"] in args.lr_grid]
-        if rs:
-            picked[c] = max(rs, key=lambda r: statistics.mean(row[1] for row in r["curve"][-3:]))["lr"]
-    return picked
 
 
 def main(argv=None) -> dict:
@@ -172,15 +157,13 @@ def main(argv=None) -> dict:
     if args.report_only:
         raw = json.loads(raw_path.read_text())
     else:
-        info = {**_common.machine_info(), "code": os.environ.get("PACS_BENCH_CODE", "this checkout")}
+        info = _common.machine_info()
         t = _tasks.task(largs)
         sft_meta = _tasks.sft_warm_start(largs, t["tokenizer"], t["sft"], t["dev"], t["test"])
         runs = run_all(largs, str(Path(largs.work_dir) / "sft"))
         raw = {"info": info, "args": vars(largs), "argv": sys.argv, "sft": sft_meta, "runs": runs}
         raw["info"]["load_average_end"] = _common.load_average()
         raw_path.write_text(json.dumps(raw, indent=1))
-    import anchor_report
-
     anchor_report.report(raw, out, smoke=args.smoke)
     return raw
 

@@ -150,8 +150,7 @@ def table(raw: dict) -> str:
 
     def ratios(name, base, key):
         by = {(r["round"], r["config"]): r[key] for r in runs}
-        lo, med, hi = _common.min_med_max([by[(k, name)] / by[(k, base)] for k in range(repeats)])
-        return f"{lo:.3f} / **{med:.3f}** / {hi:.3f}"
+        return report.ratio_cell(_common.min_med_max([by[(k, name)] / by[(k, base)] for k in range(repeats)]))
 
     for name in CONFIGS:
         rows.append(

@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from pathlib import Path
 
 import report as report_md
 
 
-T95 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
-
-
-def interval(xs: list[float]) -> tuple[float, float, float]:
-    """mean and 95% t-interval over seeds (nan bounds below 2 values)."""
-    m = statistics.mean(xs)
-    if len(xs) < 2:
-        return m, math.nan, math.nan
-    half = T95.get(len(xs), 1.96) * statistics.stdev(xs) / math.sqrt(len(xs))
-    return m, m - half, m + half
-
-
 def fmt(xs: list[float], signed: bool = False) -> str:
-    m, lo, hi = interval(xs)
-    f = "{:+.3f}" if signed else "{:.3f}"
-    return f.format(m) + ("" if math.isnan(lo) else f" [{f.format(lo)}, {f.format(hi)}]")
+    """mean [95% t-interval] over seeds (`report.interval`)."""
+    return report_md.interval(xs, "+.3f" if signed else ".3f")
 
 
 def final(run: dict, last: int = 3, column: int = 2) -> float:
@@ -36,17 +22,12 @@ def auc(run: dict) -> float:
 
 
 def picked_lrs(runs: list[dict], configs: list[str], seed0: int, lr_grid: list[float]) -> dict:
+    """Per config, the grid rate whose `seed0` run has the best final validation accuracy (mean of the last 3
+    evaluations): how anchor.py picks the rate the other seeds run at, and how this report finds it again."""
     picked = {}
     for c in configs:
-        by_seed = {}
-        for r in runs:
-            if r["config"] == c:
-                by_seed.setdefault(r["lr"], set()).add(r["seed"])
-        full = [lr for lr, seeds in by_seed.items() if len(seeds) > 1]  # the rate the other seeds ran at
-        if full:
-            picked[c] = full[0]
-        elif by_seed:
-            rs = [r for r in runs if r["config"] == c and r["seed"] == seed0]
+        rs = [r for r in runs if r["config"] == c and r["seed"] == seed0 and r["lr"] in lr_grid]
+        if rs:
             picked[c] = max(rs, key=lambda r: final(r, column=1))["lr"]
     return picked
 
