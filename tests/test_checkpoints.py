@@ -5,7 +5,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from pacs.checkpoints import (  # noqa: E402
     resolve_resume_checkpoint,
     write_complete_marker,
 )
-from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, tiny_pacs_config  # noqa: E402
+from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config  # noqa: E402
 
 
 RESUME_SCRIPT = Path(__file__).parent / "scripts" / "train_resume.py"
@@ -222,10 +221,8 @@ def test_rollout_is_compact(tiny_model_dir, tmp_path):
 def _launch_resume(tmp_path, launcher, model_dir, *numbers):
     out = tmp_path / "out"
     out.mkdir(parents=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = [*launcher, str(RESUME_SCRIPT), model_dir, str(out), *map(str, numbers)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    run_launched(cmd, tmp_path)
     return [json.loads(p.read_text()) for p in sorted(out.glob("resume*.json"))]
 
 

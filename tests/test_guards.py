@@ -4,8 +4,6 @@ that says what to check. On a plain optimizer, and in `PACSTrainer` with whole g
 micro-batches; across two processes (DDP) and under DeepSpeed ZeRO-3 (its own skip, counted)."""
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from transformers import TrainerCallback
 
 from pacs import PACSTrainer
 from pacs.guards import METRIC, NonFiniteGradientError, NonFiniteGradientGuard
-from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, tiny_pacs_config
+from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):
@@ -160,9 +158,7 @@ def test_guard_across_processes_and_under_deepspeed(tiny_model_dir, tmp_path, la
         (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
         cmd += ["--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29532"]
     cmd += [str(GUARD_SCRIPT), tiny_model_dir, str(tmp_path / "out")]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    result = run_launched(cmd, tmp_path)
     records = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
     assert len(records) == (2 if launch == "ddp-2" else 1)
     for record in records:

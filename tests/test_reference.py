@@ -288,12 +288,10 @@ ANCHOR = ["pacs_anchor=reference", "pacs_reference_reset_generations=1", "max_st
 
 def _launch(cmd, tmp_path):
     import json
-    import os
-    import subprocess
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    from pacs.testing import run_launched
+
+    run_launched(cmd, tmp_path)
     return [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
 
 

@@ -3,8 +3,6 @@ the model learns, LoRA, evaluation, KL, two CPU processes and DeepSpeed ZeRO-3."
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, tiny_pacs_config
+from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config
 from pacs.trainer import shuffle_groups
 
 
@@ -296,9 +294,7 @@ def test_kl_term_with_reference_model(tiny_model_dir, tmp_path):
 
 
 def _launch(cmd, tmp_path, timeout=900):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    run_launched(cmd, tmp_path, timeout)
     return [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
 
 

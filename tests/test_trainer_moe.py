@@ -8,8 +8,6 @@ unless `PACSTrainer` turns it off for generation (see `PACSTrainer._generate_sin
 
 import json
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from pacs.testing import (
     accelerate_launch,
     build_qwen3_moe,
     build_tiny_tokenizer,
+    run_launched,
     tiny_pacs_config,
 )
 
@@ -107,9 +106,7 @@ def test_moe_trains_under_zero3_on_two_cpu_processes(tmp_path):
     cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--num_processes", "2"]
     cmd += ["--main_process_port", "29531", str(Path(__file__).parent / "scripts" / "train_tiny.py")]
     cmd += [str(tmp_path / "model"), str(tmp_path / "out")]  # 2 steps per generation, prompts of different lengths
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    run_launched(cmd, tmp_path)
 
     records = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
     assert [(r["rank"], r["world_size"], r["zero_stage"]) for r in records] == [(0, 2, 3), (1, 2, 3)]

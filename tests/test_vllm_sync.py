@@ -4,8 +4,6 @@ weight-sync monitor on hand-made tensors. With the real engine: tests/vllm/test_
 import contextlib
 import json
 import logging
-import os
-import subprocess
 import types
 from collections import defaultdict
 from types import SimpleNamespace
@@ -16,7 +14,13 @@ from peft import LoraConfig, get_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
 from pacs import PACSTrainer
-from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, build_qwen3, build_tiny_tokenizer
+from pacs.testing import (
+    ZERO3_CPU_ACCELERATE_CONFIG,
+    accelerate_launch,
+    build_qwen3,
+    build_tiny_tokenizer,
+    run_launched,
+)
 from pacs.vllm_sync import STALE_GAP, install_lora_push, iter_merged_params, log_sampling_gap, sampling_gap
 
 
@@ -208,9 +212,7 @@ def test_out_of_place_push_under_deepspeed_zero3(tiny_model_dir, tmp_path):
     (tmp_path / "push.py").write_text(ZERO3_SCRIPT)
     cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29527"]
     cmd += [str(tmp_path / "push.py"), tiny_model_dir, str(tmp_path / "out")]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    run_launched(cmd, tmp_path)
     record = json.loads((tmp_path / "out" / "rank0.json").read_text())
     assert record["zero3"] and record["partitioned"] and record["lora_b_moved"], record
     assert record["pushed"] > 0 and record["names_equal"] and record["values_equal"], record

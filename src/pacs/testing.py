@@ -278,3 +278,14 @@ def accelerate_launch() -> list[str]:
 
     exe = shutil.which("accelerate")
     return [exe, "launch"] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
+
+
+def run_launched(cmd: list[str], cwd, timeout: int = 900):
+    """Run a launch command (`accelerate_launch()` + its arguments) offline, one OpenMP thread per process, and return
+    the `subprocess.CompletedProcess`; a failure is an AssertionError carrying the tail of its output."""
+    import subprocess
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return result
