@@ -21,8 +21,11 @@ from pacs import PACSTrainer  # noqa: E402
 from pacs.checkpoints import (  # noqa: E402
     COMPLETE_MARKER,
     ROLLOUT_DIR,
+    finished_run,
     last_complete_checkpoint,
     resolve_resume_checkpoint,
+    sync_checkpoint_files,
+    train_unless_finished,
     write_complete_marker,
 )
 from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config  # noqa: E402
@@ -90,6 +93,48 @@ def test_checkpoints_saved_without_the_marker_resume_as_transformers_would(tmp_p
     path, skipped = last_complete_checkpoint(tmp_path)
     assert path == str(tmp_path / "checkpoint-2") and [name for name, _ in skipped] == ["checkpoint-4"]
     assert resolve_resume_checkpoint(path, str(tmp_path)) == path
+
+
+def test_a_file_that_does_not_match_the_marker_is_skipped_and_named(tmp_path, caplog):
+    for step in (2, 4):
+        folder = _checkpoint(tmp_path, step, complete=False)
+        (folder / "optimizer.pt").write_bytes(b"x" * 1000)
+        (folder / "sub").mkdir()
+        (folder / "sub" / "rank0.pt").write_bytes(b"y" * 10)
+        write_complete_marker(folder, files=sync_checkpoint_files(folder), global_step=step)
+    marker = json.loads((tmp_path / "checkpoint-4" / COMPLETE_MARKER).read_text())
+    assert marker["files"] == {"optimizer.pt": 1000, "sub/rank0.pt": 10, "trainer_state.json": 18}
+    assert resolve_resume_checkpoint(True, str(tmp_path)) == str(tmp_path / "checkpoint-4")
+    (tmp_path / "checkpoint-4" / "optimizer.pt").write_bytes(b"x" * 100)  # a disk that filled up, a cut-short copy
+    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+        assert resolve_resume_checkpoint(True, str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert "checkpoint-4" in caplog.text and "optimizer.pt has 100 bytes, 1000 when the checkpoint was saved" in (
+        caplog.text
+    )
+    with pytest.raises(
+        ValueError, match=r"checkpoint-4: .*optimizer\.pt has 100 bytes.*newest complete .*checkpoint-2"
+    ):
+        resolve_resume_checkpoint(str(tmp_path / "checkpoint-4"), str(tmp_path))
+    (tmp_path / "checkpoint-2" / "sub" / "rank0.pt").unlink()
+    with pytest.raises(ValueError, match=r"sub/rank0\.pt is missing.*has no complete checkpoint"):
+        resolve_resume_checkpoint(str(tmp_path / "checkpoint-2"), str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2", "checkpoint-4"]  # nothing deleted
+
+
+def test_finished_run_by_steps_and_by_epochs(tmp_path):
+    from types import SimpleNamespace
+
+    folder = _checkpoint(tmp_path, 8)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 8, "epoch": 2.0}))
+    args = SimpleNamespace(output_dir=str(tmp_path), max_steps=8, num_train_epochs=3.0)
+    assert "is at step 8, and max_steps is 8" in finished_run(folder, args)
+    assert finished_run(folder, SimpleNamespace(**{**vars(args), "max_steps": 6})) is not None
+    assert finished_run(folder, SimpleNamespace(**{**vars(args), "max_steps": 9})) is None
+    assert finished_run(folder, SimpleNamespace(**{**vars(args), "max_steps": -1})) is None  # epoch 2 of 3
+    assert "epoch 2, and num_train_epochs is 2" in finished_run(
+        folder, SimpleNamespace(**{**vars(args), "max_steps": -1, "num_train_epochs": 2.0})
+    )
+    assert finished_run(None, args) is None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -185,6 +230,82 @@ def test_interrupted_save_is_skipped_and_the_run_finishes(tiny_model_dir, tmp_pa
     with pytest.raises(ValueError, match="its save did not finish"):
         (out / "checkpoint-4" / COMPLETE_MARKER).unlink()
         trainer(5).train(resume_from_checkpoint=str(out / "checkpoint-4"))
+
+
+def _files(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resuming_a_finished_run_trains_nothing_and_keeps_the_final_model(tiny_model_dir, tmp_path, caplog):
+    out = tmp_path / "out"
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(32)]})
+
+    def trainer(max_steps):
+        args = tiny_pacs_config(out, max_steps=max_steps, save_strategy="steps", save_steps=2)
+        return PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset)
+
+    first = trainer(4)
+    first.train()
+    first.save_model()
+    before = _files(out)
+    marker = json.loads((out / "checkpoint-4" / COMPLETE_MARKER).read_text())
+    assert marker["files"]["optimizer.pt"] == (out / "checkpoint-4" / "optimizer.pt").stat().st_size > 0
+    assert "trainer_state.json" in marker["files"]
+    mid_generation = json.loads((out / "checkpoint-2" / COMPLETE_MARKER).read_text())
+    assert mid_generation["rollout"] and ROLLOUT_DIR + "/rank0.pt" in mid_generation["files"]
+
+    # 1. PACSTrainer.train itself, then the script's save_model: nothing trained, nothing written
+    resumed = trainer(4)
+    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+        output = resumed.train(resume_from_checkpoint=True)
+    assert "The run is finished" in caplog.text and "checkpoint-4 is at step 4, and max_steps is 4" in caplog.text
+    assert output.global_step == 4 and resumed.state.global_step == 4
+    resumed.save_model()
+    with pytest.raises(ValueError, match="holds the initial model"):
+        resumed.save_model(str(tmp_path / "elsewhere"))
+    # 2. the scripts' entry point (pacs train, for PACS and the GRPO baseline alike)
+    assert train_unless_finished(trainer(4), resume_from_checkpoint="true") is False
+    assert _files(out) == before  # the final model byte-identical, no checkpoint-5
+    # 3. a larger max_steps extends the run
+    assert train_unless_finished(trainer(6), resume_from_checkpoint=True) is True
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    # 4. a checkpoint whose optimizer.pt was cut short: auto resume takes the previous one, naming the file
+    optimizer = out / "checkpoint-6" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+        assert resolve_resume_checkpoint(True, str(out)) == str(out / "checkpoint-4")
+    assert "Not resuming from" in caplog.text and "optimizer.pt has 100 bytes" in caplog.text
+    with pytest.raises(
+        ValueError, match=r"optimizer\.pt has 100 bytes.*newest complete checkpoint there is .*checkpoint-4"
+    ):
+        trainer(6).train(resume_from_checkpoint=str(out / "checkpoint-6"))
+    assert optimizer.exists()  # nothing deleted
+
+
+def test_the_grpo_baseline_does_not_train_past_a_finished_run(tiny_model_dir, tmp_path, caplog):
+    from trl import GRPOConfig, GRPOTrainer
+
+    out = tmp_path / "out"
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(32)]})
+    pacs_args = tiny_pacs_config(out, max_steps=2, save_strategy="steps", save_steps=2)
+    settings = {k: getattr(pacs_args, k) for k in ("output_dir", "use_cpu", "bf16", "per_device_train_batch_size",
+                                                   "num_generations", "max_completion_length", "max_steps",
+                                                   "learning_rate", "save_strategy", "save_steps", "report_to")}  # fmt: skip
+
+    def trainer():
+        return GRPOTrainer(
+            model=tiny_model_dir, reward_funcs=parity_reward, args=GRPOConfig(**settings), train_dataset=dataset
+        )
+
+    first = trainer()
+    assert train_unless_finished(first) is True
+    first.save_model()
+    before = _files(out)
+    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+        assert train_unless_finished(trainer(), resume_from_checkpoint=True) is False
+    assert "The run is finished" in caplog.text
+    assert _files(out) == before
 
 
 def test_rotation_keeps_the_newest_complete_checkpoint(tiny_model_dir, tmp_path):

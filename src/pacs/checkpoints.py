@@ -1,11 +1,13 @@
 """Crash-safe checkpoints and the rollout buffer that makes a resumed run continue exactly.
 
-Two things the `transformers` checkpoint leaves out, for a run that is preempted, OOM-killed or crashes:
+Three things the `transformers` checkpoint leaves out, for a run that is preempted, OOM-killed or crashes:
 
 1. **Completeness.** `resume_from_checkpoint=True` picks the newest `checkpoint-N` folder whatever its state, so a
    run killed while it was writing one (minutes for a 4B/8B ZeRO-3 checkpoint with optimizer states) cannot resume.
-   `PACSTrainer` writes [`COMPLETE_MARKER`] into a checkpoint last, once every process has written its share; on
-   resume [`last_complete_checkpoint`] picks the newest folder that has it and says which ones it skipped and why.
+   `PACSTrainer` fsyncs every file of a checkpoint once every process has written its share, then writes
+   [`COMPLETE_MARKER`] last, recording each file's name and size; on resume [`last_complete_checkpoint`] picks the
+   newest folder that has the marker and whose files still have those sizes (a file truncated by a full disk or a
+   copy cut short is caught without reading it), and says which ones it skipped and why. Nothing is deleted.
    Checkpoints saved without the marker (by `GRPOTrainer`, or by pacs before the marker existed) are used only where
    no checkpoint of that output directory has one, and only with a `trainer_state.json`.
 2. **The rollout buffer.** With `steps_per_generation` > `gradient_accumulation_steps` (PACS's default: 4 optimizer
@@ -14,8 +16,14 @@ Two things the `transformers` checkpoint leaves out, for a run that is preempted
    saves its share of the buffered generation batch as [`rollout_file`] (token ids, masks, per-token log-probs,
    labels: never logits) and its position in it; at a generation boundary nothing extra is written.
 
+3. **A finished run.** Resumed from a checkpoint at `max_steps` (or at the end of its last epoch), transformers trains
+   one more step and the script then rewrites the final model. [`finished_run`] says when there is nothing left to
+   train; `PACSTrainer.train` then trains nothing and keeps the final model in `output_dir`, and
+   [`train_unless_finished`] does the same for any `Trainer` (the GRPO baseline of `pacs train`). A larger
+   `max_steps` still extends the run.
+
 The functions here are file handling; [`CheckpointHooks`] holds the trainer hooks that call them (`train`,
-`_save_checkpoint`, `_load_optimizer_and_scheduler`), and `PACSTrainer` inherits it.
+`_save_checkpoint`, `_load_optimizer_and_scheduler`, `save_model`), and `PACSTrainer` inherits it.
 
 >>> import tempfile, os
 >>> out = tempfile.mkdtemp()
@@ -46,11 +54,14 @@ __all__ = [
     "CheckpointHooks",
     "ROLLOUT_DIR",
     "checkpoint_problem",
+    "finished_run",
     "last_complete_checkpoint",
     "load_rollout",
     "resolve_resume_checkpoint",
     "rollout_file",
     "save_rollout",
+    "sync_checkpoint_files",
+    "train_unless_finished",
     "write_complete_marker",
 ]
 
@@ -131,18 +142,83 @@ def load_rollout(checkpoint_dir: str | os.PathLike, process_index: int, world_si
     return payload
 
 
-def write_complete_marker(checkpoint_dir: str | os.PathLike, **info: Any) -> None:
-    """Mark `checkpoint_dir` complete (atomically: a crash leaves either no marker or the whole one)."""
+def sync_checkpoint_files(checkpoint_dir: str | os.PathLike) -> dict[str, int]:
+    """fsync every file under `checkpoint_dir` (and its folders); returns `{relative path: size in bytes}`.
+
+    Called once every process has closed its files, before [`write_complete_marker`]: the marker must not reach the
+    disk before the files it vouches for (a power loss or a node crash would otherwise leave a "complete" checkpoint
+    with empty files).
+    """
+    root = str(checkpoint_dir)
+    files = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, root)
+            if rel in (COMPLETE_MARKER, COMPLETE_MARKER + ".tmp") or not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+                files[rel.replace(os.sep, "/")] = os.fstat(f.fileno()).st_size
+        _fsync_folder(folder)
+    return dict(sorted(files.items()))
+
+
+def _fsync_folder(folder: str) -> None:
+    # a file's name lives in its folder: fsync the folder too, so that a new or renamed file survives a power loss
+    with contextlib.suppress(OSError):  # some filesystems (and Windows) cannot open a folder for fsync
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_complete_marker(checkpoint_dir: str | os.PathLike, files: dict[str, int] | None = None, **info: Any) -> None:
+    """Mark `checkpoint_dir` complete (atomically: a crash leaves either no marker or the whole one).
+
+    Args:
+        checkpoint_dir (`str`): The `checkpoint-N` folder, every file of it written and synced.
+        files (`dict[str, int]`, *optional*): `{relative path: size}` from [`sync_checkpoint_files`]; a resume checks
+            that the files still have these sizes. Without it only the marker's presence is checked.
+        **info: Recorded as is (`global_step`, `world_size`, `rollout`).
+    """
     path = os.path.join(str(checkpoint_dir), COMPLETE_MARKER)
+    if files is not None:
+        info["files"] = files
     with open(path + ".tmp", "w") as f:
         json.dump(info, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
+    _fsync_folder(str(checkpoint_dir))
+
+
+def _files_problem(path: str) -> str | None:
+    """Which file of a marked checkpoint is missing or has another size than the marker recorded, or `None`."""
+    try:
+        with open(os.path.join(path, COMPLETE_MARKER)) as f:
+            recorded = json.load(f).get("files", {})
+    except (OSError, ValueError, AttributeError) as e:
+        return f"its {COMPLETE_MARKER} cannot be read ({e})"
+    problems = []
+    for rel, size in recorded.items():
+        file = os.path.join(path, *rel.split("/"))
+        if not os.path.isfile(file):
+            problems.append(f"{rel} is missing")
+        elif os.path.getsize(file) != size:
+            problems.append(f"{rel} has {os.path.getsize(file)} bytes, {size} when the checkpoint was saved")
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return "its files do not match its completion marker: " + "; ".join(problems[:3]) + more
 
 
 def checkpoint_problem(checkpoint_dir: str | os.PathLike, require_marker: bool = True) -> str | None:
     """Why `checkpoint_dir` cannot be resumed from, or `None` when it is complete.
+
+    A checkpoint with [`COMPLETE_MARKER`] is complete when every file the marker lists is there with its recorded
+    size (a marker of an older pacs lists none: its presence suffices).
 
     Args:
         checkpoint_dir (`str`): A `checkpoint-N` folder.
@@ -153,7 +229,7 @@ def checkpoint_problem(checkpoint_dir: str | os.PathLike, require_marker: bool =
     if not os.path.isdir(path):
         return "no such folder"
     if os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
-        return None
+        return _files_problem(path)
     if not os.path.isfile(os.path.join(path, _TRAINER_STATE)):
         return f"its save did not finish (no {COMPLETE_MARKER}, no {_TRAINER_STATE})"
     if require_marker:
@@ -223,12 +299,17 @@ def resolve_resume_checkpoint(
         (logger.info if verbose else logger.debug)("Resuming from %s, the newest complete checkpoint.", path)
         return path
     path = str(resume_from_checkpoint)
-    problem = checkpoint_problem(path, require_marker=_marked(os.path.dirname(os.path.abspath(path))))
+    run_dir = os.path.dirname(os.path.abspath(path))
+    problem = checkpoint_problem(path, require_marker=_marked(run_dir))
     if problem is not None:
-        raise ValueError(
-            f"Cannot resume from {path}: {problem}. Pass resume_from_checkpoint=True to take the newest complete "
-            "checkpoint, or name another folder."
+        newest, _ = last_complete_checkpoint(run_dir)
+        fix = (
+            f"The newest complete checkpoint there is {newest}: name it, or pass resume_from_checkpoint=True to take "
+            "it."
+            if newest is not None
+            else f"{run_dir} has no complete checkpoint: start without resume_from_checkpoint."
         )
+        raise ValueError(f"Cannot resume from {path}: {problem}. {fix}")
     if not os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
         log(
             "%s has no %s: saved by another trainer or an older pacs; resuming from it as transformers would.",
@@ -236,6 +317,67 @@ def resolve_resume_checkpoint(
             COMPLETE_MARKER,
         )
     return path
+
+
+def finished_run(checkpoint: str | os.PathLike | None, args) -> str | None:
+    """Why a run resumed from `checkpoint` with training arguments `args` has nothing left to train, or `None`.
+
+    Finished means the checkpoint's step is at least `args.max_steps` or, without `max_steps`, that its epoch has
+    reached `args.num_train_epochs` (read from its `trainer_state.json`). Resumed from there, transformers would train
+    one step more than asked; the caller trains nothing instead, and keeps the final model it saved before.
+
+    >>> import json, os, tempfile, types
+    >>> ckpt = os.path.join(tempfile.mkdtemp(), "checkpoint-4")
+    >>> os.makedirs(ckpt)
+    >>> with open(os.path.join(ckpt, "trainer_state.json"), "w") as f:
+    ...     json.dump({"global_step": 4, "epoch": 0.5}, f)
+    >>> args = types.SimpleNamespace(output_dir="out", max_steps=4, num_train_epochs=3.0)
+    >>> finished_run(ckpt, args).split(":")[0]
+    'The run is finished'
+    >>> args.max_steps = 6  # extends the run
+    >>> finished_run(ckpt, args) is None
+    True
+    """
+    if checkpoint is None:
+        return None
+    try:
+        with open(os.path.join(str(checkpoint), _TRAINER_STATE)) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return None  # nothing to judge by; transformers' own loading reports an unreadable state
+    step, epoch = state.get("global_step", 0), state.get("epoch") or 0.0
+    if args.max_steps > 0:
+        if step < args.max_steps:
+            return None
+        where = f"step {step}, and max_steps is {args.max_steps}"
+    else:
+        if epoch < args.num_train_epochs - 1e-9:  # the last step's epoch is num_train_epochs up to rounding
+            return None
+        where = f"epoch {epoch:g}, and num_train_epochs is {args.num_train_epochs:g}"
+    return (
+        f"The run is finished: {checkpoint} is at {where}. Nothing is trained and the final model in "
+        f"{args.output_dir} is kept; pass a larger max_steps (or num_train_epochs) to train further."
+    )
+
+
+def train_unless_finished(trainer, resume_from_checkpoint: str | bool | None = None) -> bool:
+    """`trainer.train(resume_from_checkpoint=...)`, unless the checkpoint it resumes from ends the run.
+
+    Works for any `transformers.Trainer` (the GRPO baseline as well as `PACSTrainer`): resolves
+    `resume_from_checkpoint` like [`resolve_resume_checkpoint`] (`True`: the newest complete checkpoint), and when
+    [`finished_run`] says the run is over, logs why and trains nothing.
+
+    Returns:
+        `bool`: whether it trained. `False` means the run was already finished: do not save the final model again.
+    """
+    verbose = trainer.accelerator.is_main_process
+    path = resolve_resume_checkpoint(resume_from_checkpoint, trainer.args.output_dir, verbose=verbose)
+    message = finished_run(path, trainer.args)
+    if message is not None:
+        (logger.warning if verbose else logger.debug)("%s", message)
+        return False
+    trainer.train(resume_from_checkpoint=path)
+    return True
 
 
 class CheckpointHooks:
@@ -248,21 +390,50 @@ class CheckpointHooks:
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """`Trainer.train`, resuming from the newest *complete* checkpoint for `resume_from_checkpoint=True`.
 
-        A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`) is skipped with a warning that
-        says why; a named incomplete one is an error (see `pacs.checkpoints`).
+        A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`, or a file whose size differs
+        from the one it records) is skipped with a warning that says why; a named incomplete one is an error (see
+        `pacs.checkpoints`). A checkpoint that ends the run ([`finished_run`]) trains nothing: the state is the
+        checkpoint's, and `save_model` keeps the final model already in `output_dir`.
         """
-        resume = resolve_resume_checkpoint(
-            resume_from_checkpoint, self.args.output_dir, verbose=self.accelerator.is_main_process
-        )
+        verbose = self.accelerator.is_main_process
+        resume = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir, verbose=verbose)
+        self._finished_checkpoint = None
+        message = finished_run(resume, self.args)
+        if message is not None:  # transformers would train one step past the end; see `save_model` for the rest
+            (logger.warning if verbose else logger.debug)("%s", message)
+            from transformers import TrainerState
+            from transformers.trainer_utils import TrainOutput
+
+            self._finished_checkpoint = resume
+            self.state = TrainerState.load_from_json(os.path.join(resume, _TRAINER_STATE))
+            return TrainOutput(self.state.global_step, float("nan"), {})
         return super().train(
             resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
+        )
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """`Trainer.save_model`, except after `train` found the run finished: the model in memory is then the
+        initial one, so the final model already in `output_dir` is kept (and pushed by `push_to_hub`), and saving
+        to another folder is an error."""
+        finished = getattr(self, "_finished_checkpoint", None)
+        if finished is None:
+            return super().save_model(output_dir, _internal_call=_internal_call)
+        target = output_dir if output_dir is not None else self.args.output_dir
+        if os.path.abspath(target) == os.path.abspath(self.args.output_dir):
+            if self.accelerator.is_main_process:
+                logger.info("Kept the final model in %s: this run was finished and trained nothing.", target)
+            return None
+        raise ValueError(
+            f"Nothing was trained (the run had finished at {finished}), so this trainer holds the initial model, not "
+            f"the trained one; copy the final model from {self.args.output_dir} or the weights of {finished} instead."
         )
 
     def _save_checkpoint(self, model, trial):
         # 1. mid-generation: each process saves its share of the buffered generation batch first, so that a folder
         #    with a trainer_state.json never lacks it; 2. the checkpoint itself (TRL: model card, model, optimizer,
-        #    RNG states, trainer state) with rotation held back; 3. once every process is done, the completion marker,
-        #    and only then the rotation, so that the newest complete checkpoint is never the one deleted.
+        #    RNG states, trainer state) with rotation held back; 3. once every process is done, every file fsynced and
+        #    then the completion marker with their sizes, and only then the rotation, so that the newest complete
+        #    checkpoint is never the one deleted.
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         run_dir = self._get_output_dir(trial=trial)
@@ -287,10 +458,10 @@ class CheckpointHooks:
             self.args.save_total_limit = limit
         self._save_extra_state(folder)
         self.accelerator.wait_for_everyone()
-        if self.args.should_save:
+        if self.args.should_save:  # every process has closed its files: sync them, then the marker with their sizes
             write_complete_marker(
-                folder, global_step=self.state.global_step, world_size=self.accelerator.num_processes,
-                rollout=mid_generation,
+                folder, files=sync_checkpoint_files(folder), global_step=self.state.global_step,
+                world_size=self.accelerator.num_processes, rollout=mid_generation,
             )  # fmt: skip
             self._rotate_after_marker(run_dir)
 
