@@ -1,12 +1,12 @@
 """Tests for `pacs.eval`: the pass@k estimator, metrics over uneven sample counts, the paper's protocol defaults, its
 tables and numbers, the diversity score, and `pacs eval` end to end."""
 
-import argparse
 import itertools
 import json
 import math
 import os
 import re
+import sys
 
 import pytest
 
@@ -80,12 +80,9 @@ def test_metrics_with_uneven_sample_counts():
 
 
 def _run_cli(argv):
-    from pacs.eval.cli import add_parser
+    from pacs.cli import main
 
-    parser = argparse.ArgumentParser(prog="pacs")
-    add_parser(parser.add_subparsers())
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return main(argv)
 
 
 def _read_rollouts(path):
@@ -175,28 +172,76 @@ def test_evaluate_custom_datasets_with_model_object(tiny_model_dir, tmp_path, on
 
 def test_pacs_eval_defaults_are_the_papers_protocol(capsys):
     from pacs import cli
+    from pacs.eval.cli import make_parser
 
-    args = cli.build_parser().parse_args(["eval", "--model", "m", "--output-dir", "o"])
+    arguments, args = make_parser().parse_args_and_config(["--model", "m", "--output-dir", "o"])
+    assert (arguments.model, arguments.output_dir) == ("m", "o")
     assert args.n == 128 and args.temperature == 0.6 and args.top_p == 0.95 and args.max_new_tokens == 8192
-    assert args.benchmarks.split(",") == BENCHMARKS
+    assert arguments.benchmarks.split(",") == BENCHMARKS
     assert args.system_prompt == "You are a helpful assistant." and not args.diversity
     assert args.diversity_model == "Qwen/Qwen3-Embedding-0.6B"
     assert (args.gpu_memory_utilization, args.tensor_parallel_size) == (0.9, 1)
-    assert args.func.__name__ == "run_eval"
-    # the Python API has the same defaults
+    # the Python API is the same dataclass, with the same defaults
     from pacs.eval import DEFAULT_BENCHMARKS, EvalSettings
 
-    settings = EvalSettings()
+    assert args == EvalSettings()
     assert list(DEFAULT_BENCHMARKS) == BENCHMARKS
-    assert (settings.n, settings.max_new_tokens, settings.temperature, settings.top_p) == (128, 8192, 0.6, 0.95)
     # --help shows them, the diversity option, and tells a laptop user what to lower
-    with pytest.raises(SystemExit):
-        cli.build_parser().parse_args(["eval", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["eval", "--help"])
+    assert exit_info.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     for needle in ("(default: 128)", "(default: 8192)", "(default: 0.6)", "(default: 0.95)", "--diversity",
                    "--diversity-model", "math500,amc23,aime24,aime25,beyondaime", "lower --n", "--limit",
-                   "prefix caching", "--no-system-prompt"):  # fmt: skip
+                   "prefix caching", "--no-system-prompt", "--config", "pacs[eval]"):  # fmt: skip
         assert needle in text, needle
+
+
+def test_every_eval_option_is_a_documented_field():
+    # one definition: the options are the dataclasses' fields, each with help text and a docstring entry
+    import dataclasses
+
+    from pacs.eval import EvalSettings
+    from pacs.eval.cli import EvalArguments, make_parser
+
+    options = {a.dest for a in make_parser()._actions} - {"help", "config"}
+    for cls in (EvalArguments, EvalSettings):
+        for f in dataclasses.fields(cls):
+            assert f.name in options, f.name
+            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help text"
+            assert f"{f.name} (`" in cls.__doc__, f"{cls.__name__}.{f.name} missing from the docstring"
+    assert options == {f.name for cls in (EvalArguments, EvalSettings) for f in dataclasses.fields(cls)}
+
+
+def test_pacs_eval_reads_a_config_file_and_the_command_line_overrides_it(tmp_path):
+    from pacs.eval.cli import make_parser
+
+    config = tmp_path / "eval.yaml"
+    config.write_text(
+        "model: runs/ckpt\noutput_dir: eval/x\nn: 8\nbenchmarks: aime24,aime25\nsystem_prompt: null\n"
+        "vllm_kwargs:\n  max_model_len: 12288\n"
+    )
+    arguments, settings = make_parser().parse_args_and_config(["--config", str(config), "--n", "4"])
+    assert (arguments.model, arguments.benchmarks, settings.n) == ("runs/ckpt", "aime24,aime25", 4)
+    assert settings.system_prompt is None and settings.vllm_kwargs == {"max_model_len": 12288}
+    _, settings = make_parser().parse_args_and_config(
+        ["--model", "m", "--output-dir", "o", "--no-system-prompt", "--vllm-kwargs", '{"max_model_len": 4096}']
+    )
+    assert settings.system_prompt is None and settings.vllm_kwargs == {"max_model_len": 4096}
+
+
+def test_pacs_eval_names_the_closest_option(tmp_path, capsys):
+    from pacs import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["eval", "--model", "m", "--output-dir", str(tmp_path), "--max-tokens", "4"])
+    assert exit_info.value.code == 2
+    assert "--max-tokens in the command line (did you mean --max-new-tokens" in capsys.readouterr().err
+    config = tmp_path / "eval.yaml"
+    config.write_text("model: m\noutput_dir: o\ntemprature: 0.1\n")
+    with pytest.raises(SystemExit):
+        cli.main(["eval", "--config", str(config)])
+    assert "--temprature in the --config file (did you mean --temperature" in capsys.readouterr().err
 
 
 def test_no_system_prompt_sends_the_user_turn_alone():
@@ -385,12 +430,68 @@ def test_no_chat_template_error_writes_nothing(tiny_model_dir, tmp_path):
 
 
 def test_cli_column_flags_default():
-    from pacs.eval.cli import add_parser
+    from pacs.eval.cli import make_parser
 
-    parser = argparse.ArgumentParser(prog="pacs")
-    add_parser(parser.add_subparsers())
-    args = parser.parse_args(["eval", "--model", "m", "--output-dir", "o"])
+    _, args = make_parser().parse_args_and_config(["--model", "m", "--output-dir", "o"])
     assert (args.problem_column, args.answer_column) == ("problem", "answer")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Every check that can fail runs before the model loads
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Records each call of the generator's loader (there must be none) instead of loading."""
+    import pacs.eval.run
+
+    calls = []
+    monkeypatch.setattr(pacs.eval.run, "_load_model", lambda *args, **kwargs: calls.append(args))
+    return calls
+
+
+def test_diversity_without_sentence_transformers_fails_before_the_model_loads(
+    tiny_model_dir, tmp_path, caplog, monkeypatch, no_model_load
+):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import sentence_transformers -> ImportError
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", tiny_model_dir, "--benchmarks", "aime24", "--n", "1", "--limit", "1"]
+    assert _run_cli([*argv, "--output-dir", str(out), "--diversity"]) == 2
+    assert no_model_load == [] and not out.exists()
+    assert "sentence-transformers, which is not installed: pip install 'trl-pacs[eval]'" in caplog.text
+
+
+def test_diversity_model_files_are_checked_before_the_model_loads(tiny_model_dir, tmp_path, caplog, no_model_load):
+    pytest.importorskip("sentence_transformers")
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", tiny_model_dir, "--benchmarks", "aime24", "--n", "1", "--output-dir", str(out)]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for model, message in (
+        ("no-such-org/no-such-embedder", "not in the Hugging Face cache and HF_HUB_OFFLINE is set"),  # conftest
+        (str(tmp_path / "missing"), "No such model directory or hub id"),
+        (str(empty), "a directory without a model: none of modules.json"),
+    ):
+        caplog.clear()
+        assert _run_cli([*argv, "--diversity", "--diversity-model", model]) == 2
+        assert message in caplog.text and model in caplog.text
+    assert no_model_load == [] and not out.exists()
+
+
+def test_benchmarks_and_output_directory_are_checked_before_the_model_loads(
+    tiny_model_dir, tmp_path, caplog, no_model_load
+):
+    argv = ["eval", "--model", tiny_model_dir, "--n", "1", "--limit", "1"]
+    assert _run_cli([*argv, "--benchmarks", "aime24,gsm8k", "--output-dir", str(tmp_path / "out")]) == 2
+    assert "Unknown benchmark 'gsm8k'" in caplog.text
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for out in (blocker, blocker / "eval"):
+        caplog.clear()
+        assert _run_cli([*argv, "--benchmarks", "aime24", "--output-dir", str(out)]) == 2
+        assert "is a file" in caplog.text and "--output-dir" in caplog.text
+    assert no_model_load == []
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -20,13 +20,20 @@ GRPO. Problems with fewer than two responses have no pair and are left out.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_DIVERSITY_MODEL", "diversity_score", "load_embedding_model", "pairwise_cosine_distance"]
+__all__ = [
+    "DEFAULT_DIVERSITY_MODEL",
+    "check_embedding_model",
+    "diversity_score",
+    "load_embedding_model",
+    "pairwise_cosine_distance",
+]
 
 DEFAULT_DIVERSITY_MODEL = "Qwen/Qwen3-Embedding-0.6B"
 """The paper's embedding model (Appendix E); any sentence-transformers model, by hub id or local path, works."""
@@ -57,6 +64,67 @@ def pairwise_cosine_distance(embeddings) -> float:
     return min(2.0, max(0.0, float(1.0 - mean_cos)))  # rounding can step past the bounds by ~1e-16
 
 
+_INSTALL_HINT = "pip install 'trl-pacs[eval]' (or pip install 'sentence-transformers>=3')"
+_CONFIG_FILES = ("modules.json", "config_sentence_transformers.json", "config.json")  # any one: a model's folder
+
+
+def _import_sentence_transformers():
+    try:
+        import sentence_transformers
+    except ImportError as e:
+        raise ImportError(
+            f"The diversity score embeds responses with sentence-transformers, which is not installed: {_INSTALL_HINT}."
+        ) from e
+    return sentence_transformers
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+
+
+def check_embedding_model(name_or_path: str = DEFAULT_DIVERSITY_MODEL) -> None:
+    """Fail before any work when the diversity score could not be computed at the end: sentence-transformers is not
+    importable, or the embedding model's files are not there. Loads no model.
+
+    A local directory must hold one of `modules.json`, `config_sentence_transformers.json` or `config.json`. A hub id
+    must be in the Hugging Face cache (looked up with `huggingface_hub.try_to_load_from_cache`) or, online, have a
+    `config.json` on the hub (downloaded now: a few kB, and a wrong id or a gated model fails here).
+
+    Raises:
+        `ImportError` (with the install command) or `ValueError` / `OSError` saying how to get the model.
+    """
+    _import_sentence_transformers()
+    text = os.path.expanduser(str(name_or_path))
+    if os.path.isdir(text):
+        if not any(os.path.isfile(os.path.join(text, f)) for f in _CONFIG_FILES):
+            raise ValueError(
+                f"The diversity model {name_or_path!r} is a directory without a model: none of {', '.join(_CONFIG_FILES)}"
+                " in it. Pass a sentence-transformers model directory (SentenceTransformer.save) or a hub id."
+            )
+        return
+    from ..checks import check_model_path
+
+    check_model_path(text)  # a path that does not exist, rather than a hub id: the error says which
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    if any(isinstance(try_to_load_from_cache(text, f), str) for f in _CONFIG_FILES):
+        return
+    fix = (
+        f"download it where there is a network (hf download {text}) and copy the Hugging Face cache "
+        f"(~/.cache/huggingface/hub), or save it to a directory and pass that path as --diversity-model"
+    )
+    if _offline():
+        raise OSError(
+            f"The diversity model {text!r} is not in the Hugging Face cache and HF_HUB_OFFLINE is set: {fix}."
+        )
+    try:
+        hf_hub_download(text, "config.json")
+    except Exception as e:  # network, unknown repository, gated model: all end the same way, later
+        raise OSError(f"Cannot fetch the diversity model {text!r} from the Hugging Face hub ({e}): {fix}.") from e
+
+
 def load_embedding_model(name_or_path: str = DEFAULT_DIVERSITY_MODEL, device: str | None = None):
     """A `sentence_transformers.SentenceTransformer` from a hub id or a local directory.
 
@@ -66,14 +134,7 @@ def load_embedding_model(name_or_path: str = DEFAULT_DIVERSITY_MODEL, device: st
         device (`str` or `None`, *optional*, defaults to `None`):
             `"cuda"`, `"cpu"`, ...; `None` lets sentence-transformers choose (a GPU when there is one).
     """
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as e:
-        raise ImportError(
-            "The diversity score embeds responses with sentence-transformers, which is not installed: "
-            "pip install 'pacs[eval]' (or pip install 'sentence-transformers>=3')."
-        ) from e
-    return SentenceTransformer(str(name_or_path), device=device)
+    return _import_sentence_transformers().SentenceTransformer(str(name_or_path), device=device)
 
 
 def diversity_score(

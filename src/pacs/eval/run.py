@@ -33,12 +33,14 @@ import logging
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from ..data import SYSTEM_PROMPT
 from .diversity import DEFAULT_DIVERSITY_MODEL
 from .passk import default_ks, pass_at_k
+from .report import PAPER_BASELINES
 
 
 logger = logging.getLogger(__name__)
@@ -54,8 +56,7 @@ PLOT_FILE = "eval_passk.png"
 CONFIG_FILE = "eval_config.json"
 OUTPUT_FILES = (ROLLOUTS_FILE, METRICS_FILE, REPORT_FILE, PLOT_FILE, CONFIG_FILE)
 _SAMPLING_KEYS = ("model", "max_new_tokens", "temperature", "top_p", "chat_template", "system_prompt")
-_VLLM_DEFAULTS = {"enable_prefix_caching": True, "tensor_parallel_size": 1}  # the paper's (Appendix C.3)
-_VLLM_GPU_MEMORY_UTILIZATION = 0.9  # the paper's; on a GPU only (vLLM's CPU build sizes its KV cache otherwise)
+_VLLM_DEFAULTS = {"enable_prefix_caching": True}  # the paper's (Appendix C.3); the rest are EvalSettings fields
 
 
 def compute_metrics(
@@ -224,8 +225,6 @@ def _problem_ids(ds) -> list[str]:
 
 
 def _resolve_backend(backend: str, model: Any) -> str:
-    if backend not in ("auto", "vllm", "transformers"):
-        raise ValueError(f"backend must be 'auto', 'vllm' or 'transformers', got {backend!r}.")
     if backend != "auto":
         return backend
     if not isinstance(model, (str, os.PathLike)) or importlib.util.find_spec("vllm") is None:
@@ -311,9 +310,8 @@ def _load_model(model: Any, backend: str, settings: dict, vllm_kwargs: dict | No
         from vllm import LLM
 
         kwargs = {**_VLLM_DEFAULTS, **(vllm_kwargs or {})}
-        if _has_gpu():
-            kwargs.setdefault("gpu_memory_utilization", _VLLM_GPU_MEMORY_UTILIZATION)
-        else:  # vLLM's CPU build: float32 like the transformers path on CPU (vLLM's "auto" is bfloat16)
+        if not _has_gpu():  # vLLM's CPU build: float32 like the transformers path on CPU (vLLM's "auto" is bfloat16)
+            kwargs.pop("gpu_memory_utilization", None)
             kwargs.setdefault("dtype", "float32")
         return LLM(model=os.fspath(model), seed=settings["seed"], **kwargs)
     if not isinstance(model, (str, os.PathLike)):
@@ -340,9 +338,15 @@ def _generate_vllm(llm, requests, settings, on_batch):
     on_batch([key for key, _ in requests], [o.outputs[0].text for o in outputs])
 
 
+_BACKENDS = ("auto", "vllm", "transformers")
+
+
 @dataclasses.dataclass
 class EvalSettings:
     """How [`evaluate`] samples, scores and reports. The defaults are the paper's protocol (Appendix C.3).
+
+    The same dataclass is `pacs eval`'s options (parsed by `transformers.HfArgumentParser`: `--n 4`, `--max-new-tokens
+    1024`, `--no-chat-template`, or a YAML file given with `--config`); the help texts below are its `--help`.
 
     Args:
         n (`int`, *optional*, defaults to `128`):
@@ -371,65 +375,144 @@ class EvalSettings:
         chat_template (`bool`, *optional*, defaults to `True`):
             Render prompts with the tokenizer's chat template (as in the paper); `False` feeds the plain text.
         system_prompt (`str` or `None`, *optional*, defaults to `"You are a helpful assistant."`):
-            The system turn of the benchmarks' prompts (the paper's); `None` sends the user turn alone, for models
-            without a system role. Custom `datasets` keep their own prompts.
+            The system turn of the benchmarks' prompts (the paper's); `None` (or `""`, as on a command line) sends the
+            user turn alone, for models without a system role. Custom `datasets` keep their own prompts.
         reward_timeout (`float`, *optional*, defaults to `3.0`):
             Seconds one answer verification may take before it counts as wrong.
         progress (`bool`, *optional*, defaults to `True`):
             Show a progress bar.
         plot (`bool`, *optional*, defaults to `True`):
             Write `eval_passk.png`.
+        gpu_memory_utilization (`float`, *optional*, defaults to `0.9`):
+            vLLM's share of GPU memory (the paper's 0.9); not used on CPU.
+        tensor_parallel_size (`int`, *optional*, defaults to `1`):
+            vLLM's tensor parallel size (the paper's 1).
         vllm_kwargs (`dict` or `None`, *optional*, defaults to `None`):
-            Extra arguments for `vllm.LLM`, over the paper's `enable_prefix_caching=True`, `tensor_parallel_size=1`
-            and, on a GPU, `gpu_memory_utilization=0.9`.
+            Further arguments for `vllm.LLM` (a JSON object on a command line), over the paper's
+            `enable_prefix_caching=True` and the two settings above.
         problem_column (`str`, *optional*, defaults to `"problem"`):
             Column holding the problem in benchmark files (the bundled benchmarks ignore it).
         answer_column (`str`, *optional*, defaults to `"answer"`):
             Column holding the gold final answer in those files.
         diversity (`bool`, *optional*, defaults to `False`):
             Add the paper's diversity score per benchmark (Appendix E, `pacs.eval.diversity`); needs
-            sentence-transformers (`pip install 'pacs[eval]'`).
+            sentence-transformers (`pip install 'trl-pacs[eval]'`) and the embedding model's files, both checked
+            before anything is generated.
         diversity_model (`str`, *optional*, defaults to `"Qwen/Qwen3-Embedding-0.6B"`):
             The sentence-transformers model that embeds the responses: a hub id or a local directory.
         paper_reference (`str` or `None`, *optional*, defaults to `"auto"`):
             Whose row of the paper's Table 1 to show beside the measured pass@1: `"auto"` (from the model's name:
-            `Qwen/Qwen3-4B`, `Qwen/Qwen3-8B` or a folder named so), `"Qwen3-4B"`, `"Qwen3-8B"`, or `None`.
+            `Qwen/Qwen3-4B`, `Qwen/Qwen3-8B` or a folder named so), `"Qwen3-4B"`, `"Qwen3-8B"`, or `None` (`"none"`).
     """
 
-    n: int = 128
-    limit: int | None = None
-    max_new_tokens: int = 8192
-    temperature: float = 0.6
-    top_p: float = 0.95
-    seed: int = 0
-    batch_size: int = 64
-    overwrite: bool = False
-    resume: bool = False
-    backend: str = "auto"
-    chat_template: bool = True
-    system_prompt: str | None = SYSTEM_PROMPT
-    reward_timeout: float = 3.0
-    progress: bool = True
-    plot: bool = True
-    vllm_kwargs: dict | None = None
-    problem_column: str = "problem"
-    answer_column: str = "answer"
-    diversity: bool = False
-    diversity_model: str = DEFAULT_DIVERSITY_MODEL
-    paper_reference: str | None = "auto"
+    n: int = field(
+        default=128,
+        metadata={"help": "Samples per problem (the paper's 128); pass@k for k = 1, 2, 4, ... n. A laptop: 4 to 16."},
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "Evaluate only the first N problems per benchmark (default: all)."}
+    )
+    max_new_tokens: int = field(default=8192, metadata={"help": "Generation length limit (the paper's)."})
+    temperature: float = field(default=0.6, metadata={"help": "Sampling temperature (0: greedy)."})
+    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling threshold."})
+    seed: int = field(default=0, metadata={"help": "Random seed for sampling."})
+    batch_size: int = field(default=64, metadata={"help": "Sequences per generate call (transformers backend)."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an earlier evaluation in the output directory."})
+    resume: bool = field(
+        default=False,
+        metadata={"help": "Keep the samples in the output directory and generate only the missing ones."},
+    )
+    backend: str = field(
+        default="auto",
+        metadata={
+            "help": "Generation backend; 'auto': vLLM when it is installed and a GPU is present (or vLLM's CPU "
+            "build), transformers otherwise.",
+            "choices": list(_BACKENDS),
+        },
+    )
+    chat_template: bool = field(
+        default=True,
+        metadata={"help": "Apply the tokenizer's chat template; --no-chat-template feeds the plain prompt."},
+    )
+    system_prompt: str | None = field(
+        default=SYSTEM_PROMPT,
+        metadata={
+            "help": "System turn of the bundled benchmarks' prompts (the paper's); --no-system-prompt (or "
+            "--system_prompt '') sends the user turn alone, for models whose chat template has no system role."
+        },
+    )
+    reward_timeout: float = field(default=3.0, metadata={"help": "Seconds per answer verification."})
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar (--no-progress hides it)."})
+    plot: bool = field(default=True, metadata={"help": "Write eval_passk.png (--no-plot skips it)."})
+    gpu_memory_utilization: float = field(
+        default=0.9, metadata={"help": "vLLM's share of GPU memory (the paper's 0.9); not used on CPU."}
+    )
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM's tensor parallel size (the paper's 1)."})
+    vllm_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Further vllm.LLM arguments as a JSON object, e.g. '{\"max_model_len\": 12288}' (a mapping in "
+            "a --config file), over enable_prefix_caching=True and the two settings above."
+        },
+    )
+    problem_column: str = field(
+        default="problem",
+        metadata={
+            "help": "Column holding the problem (text, or a list of role/content messages) in --benchmarks files."
+        },
+    )
+    answer_column: str = field(
+        default="answer", metadata={"help": "Column holding the gold final answer in --benchmarks files."}
+    )
+    diversity: bool = field(
+        default=False,
+        metadata={
+            "help": "Add the paper's diversity score per benchmark (Appendix E): the mean pairwise cosine distance "
+            "between the embeddings of a problem's responses, averaged over problems. Needs pip install "
+            "'trl-pacs[eval]' and the embedding model's files (checked before anything is generated)."
+        },
+    )
+    diversity_model: str = field(
+        default=DEFAULT_DIVERSITY_MODEL,
+        metadata={
+            "help": "sentence-transformers model that embeds the responses: a hub id (downloaded or in the Hugging "
+            "Face cache) or a local directory."
+        },
+    )
+    paper_reference: str | None = field(
+        default="auto",
+        metadata={
+            "help": "The paper's Table 1 row shown beside the measured pass@1: 'auto' picks it from the model's name "
+            "(Qwen/Qwen3-4B, Qwen/Qwen3-8B, or a local folder named so); 'none' shows none.",
+            "choices": ["auto", "none", *PAPER_BASELINES],
+        },
+    )
 
     def __post_init__(self):
-        from .report import PAPER_BASELINES
-
         _check_arguments(
             self.n, self.limit, self.max_new_tokens, self.temperature, self.top_p, self.batch_size, self.overwrite,
             self.resume,
         )  # fmt: skip
+        if self.backend not in _BACKENDS:
+            raise ValueError(f"backend (--backend) must be one of {list(_BACKENDS)}, got {self.backend!r}.")
+        if self.system_prompt == "":  # a command line or YAML file cannot say None
+            self.system_prompt = None
+        if self.paper_reference == "none":
+            self.paper_reference = None
         if self.paper_reference not in ("auto", None, *PAPER_BASELINES):
             raise ValueError(
                 f"paper_reference (--paper-reference) must be 'auto', None (none) or one of {list(PAPER_BASELINES)}, "
                 f"got {self.paper_reference!r}."
             )
+        if isinstance(self.vllm_kwargs, str):
+            try:
+                self.vllm_kwargs = json.loads(self.vllm_kwargs)
+            except json.JSONDecodeError as e:
+                raise ValueError(
+                    f"vllm_kwargs (--vllm-kwargs) must be a JSON object, got {self.vllm_kwargs!r}: {e}"
+                ) from e
+        if self.vllm_kwargs is not None and not isinstance(self.vllm_kwargs, dict):
+            raise ValueError(f"vllm_kwargs (--vllm-kwargs) must be a JSON object (a dict), got {self.vllm_kwargs!r}.")
 
 
 def _plan(sets: Mapping[str, Any], previous: list[dict], n: int):
@@ -488,7 +571,12 @@ def _load_generator(model: Any, tokenizer: Any, settings: EvalSettings, prompts:
         tok = AutoTokenizer.from_pretrained(tok)
     rendered = {key: _render_prompt(tok, p, settings.chat_template) for key, p in prompts.items()}
     requests = [(key, rendered[key[:2]]) for key in todo_keys]
-    llm = _load_model(model, backend, _sampling(settings), settings.vllm_kwargs)
+    vllm_kwargs = {
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,  # on a GPU only: vLLM's CPU build sizes its own
+        **(settings.vllm_kwargs or {}),
+    }
+    llm = _load_model(model, backend, _sampling(settings), vllm_kwargs)
     return backend, llm, tok, requests
 
 
@@ -538,8 +626,9 @@ def _report(output_dir: Path, metrics: dict, model: Any, settings: EvalSettings)
     logger.info("%s (n=%d per problem)\n%s", model_name, settings.n, report)
 
 
-def _checked_settings(model: Any, tokenizer: Any, settings: dict) -> EvalSettings:
-    """`EvalSettings` from `evaluate`'s keywords, after checking that the model and tokenizer paths exist."""
+def _checked_settings(model: Any, tokenizer: Any, settings: dict, output_dir: Path) -> EvalSettings:
+    """`EvalSettings` from `evaluate`'s keywords, after every check that does not need the model: the settings, the
+    model and tokenizer paths, the diversity score's package and model files, and that `output_dir` can be written."""
     from ..checks import check_model_path
 
     unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(EvalSettings)})
@@ -549,7 +638,30 @@ def _checked_settings(model: Any, tokenizer: Any, settings: dict) -> EvalSetting
     for path in (model, tokenizer):
         if isinstance(path, (str, os.PathLike)):
             check_model_path(path)
+    if cfg.diversity:
+        from .diversity import check_embedding_model
+
+        check_embedding_model(cfg.diversity_model)
+    _check_writable(output_dir)
     return cfg
+
+
+def _check_writable(output_dir: Path) -> None:
+    """`output_dir` is a folder, or can be made one, that this process may write to (checked without writing)."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise NotADirectoryError(f"The output directory {output_dir} is a file; choose another --output-dir.")
+    existing = output_dir.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(
+            f"Cannot create the output directory {output_dir}: {existing} is a file. Choose another --output-dir."
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"Cannot write the output directory {output_dir}: {existing} is not writable by this user. Choose another "
+            "--output-dir, or change its permissions."
+        )
 
 
 def evaluate(
@@ -590,8 +702,8 @@ def evaluate(
     """
     from .report import average_metrics
 
-    cfg = _checked_settings(model, tokenizer, settings)
     output_dir = Path(output_dir)
+    cfg = _checked_settings(model, tokenizer, settings, output_dir)
     sets = _load_datasets(benchmarks, datasets, cfg.limit, cfg.problem_column, cfg.answer_column, cfg.system_prompt)
     if not sets:
         raise ValueError("Nothing to evaluate: no benchmarks or datasets given.")
