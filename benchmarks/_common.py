@@ -121,7 +121,7 @@ def t_interval(xs) -> tuple[float, float, float] | None:
 
 # What PACS's critic does and how often clipping bites, from the trainer's log ---------------------------------------
 
-CRITIC_KEYS = ("pacs/critic_margin", "pacs/critic_accuracy", "pacs/majority_accuracy", "pacs/critic_close_frac")
+CRITIC_KEYS = ("pacs/critic_margin", "pacs/psi_std")  # on every PACS training step (the ranking: mixed groups only)
 
 
 def critic_steps(log_history: list[dict], steps_per_cycle: int, which: str = "off_policy") -> list[dict]:
@@ -141,35 +141,38 @@ def critic_steps(log_history: list[dict], steps_per_cycle: int, which: str = "of
     ]
 
 
+def mean_of(entries: list[dict], key: str) -> float | None:
+    """The mean of `key` over the entries that logged it (None when none did)."""
+    values = [e[key] for e in entries if e.get(key) is not None]
+    return statistics.mean(values) if values else None
+
+
 def critic_summary(log_history: list[dict], steps_per_cycle: int) -> dict | None:
-    """The implicit critic over the off-policy optimizer steps of a run, from `trainer.state.log_history`.
+    """The implicit critic over a run, from `trainer.state.log_history` (`logging_steps=1`: one entry per step).
 
-    Needs `logging_steps=1` (one log entry per optimizer step) and PACSTrainer's per-step metrics:
-    `pacs/critic_margin` (the step's median over completions of |sigma(psi) - 1/2|), `pacs/critic_accuracy`,
-    `pacs/majority_accuracy` (always guessing the step's more common label: what the critic has to beat) and
-    `pacs/critic_close_frac` (share of completions with |label - sigma(psi)| < 0.1).
-
-    The steps right after a generation (`critic_steps`) have psi == 0 exactly and are left out. Every figure is per step first: the quantiles are over the
-    per-step medians of |sigma(psi) - 1/2| (not over completions pooled across steps, as before 2026-12-04), the
-    accuracies and shares are means of per-step values. Returns None without such steps or metrics (GRPO, RLOO).
+    From PACSTrainer's per-step metrics (`pacs.critic`): `pacs/critic_ranking` (the share of (correct, incorrect)
+    pairs of one group that psi orders right, 0.5 = no information) over the off-policy steps (psi trained on those
+    very completions: in-sample), `pacs/critic_ranking_fresh` (each generation's first step: completions the policy
+    has not trained on, out of sample; logged only where psi can differ from 0), `pacs/critic_brier_mixed` (Brier
+    score of sigma(psi) on groups holding both labels, 0.25 = psi 0), and the per-step medians of |sigma(psi) - 1/2|.
+    Every figure is per step first, then the mean (quantiles) over steps. Returns None without off-policy steps
+    (GRPO, RLOO).
     """
     off = critic_steps(log_history, steps_per_cycle)
-    if not off:
+    every = critic_steps(log_history, steps_per_cycle, "all")
+    if not off:  # GRPO, RLOO, or every step generated
         return None
-
-    def mean(key: str) -> float | None:
-        values = [e[key] for e in off if e.get(key) is not None]
-        return statistics.mean(values) if values else None
-
     return {
-        "summary": "per_step",
+        "summary": "per_step_ranking",
         "off_policy_steps": len(off),
         "critic_margin_step_q10_q50_q90": quantiles([e["pacs/critic_margin"] for e in off]),
-        "critic_accuracy_off_policy": mean("pacs/critic_accuracy"),
-        "majority_label_accuracy": mean("pacs/majority_accuracy"),
-        "critic_close_frac": mean("pacs/critic_close_frac"),
-        "proxy_abs_mean": mean("pacs/proxy_abs_mean"),
-        "psi_std_mean": mean("pacs/psi_std"),
+        "critic_ranking_off_policy": mean_of(off, "pacs/critic_ranking"),
+        "critic_ranking_fresh": mean_of(every, "pacs/critic_ranking_fresh"),
+        "fresh_steps": sum("pacs/critic_ranking_fresh" in e for e in every),
+        "critic_brier_mixed": mean_of(every, "pacs/critic_brier_mixed"),
+        "critic_close_frac": mean_of(off, "pacs/critic_close_frac"),
+        "proxy_abs_mean": mean_of(off, "pacs/proxy_abs_mean"),
+        "psi_std_mean": mean_of(off, "pacs/psi_std"),
     }
 
 

@@ -1,23 +1,22 @@
-"""Does anchoring the reward proxy to a fixed reference policy (the revised paper) wake PACS's critic, and does it help?
+"""The reward proxy's anchor, each arm tuned before it is judged: pi_old of each rollout vs a fixed, periodically reset
+pi_ref (with the optimizer kept, reset, or reset with a re-warmup), against GRPO and RLOO.
 
-    nice -n 10 python benchmarks/anchor.py --jobs 2            # the study (~30 min on 2 shared CPU cores)
-    python benchmarks/anchor.py --smoke                         # one tiny run per config (tests/test_benchmarks.py)
-    python benchmarks/anchor.py --report-only                   # redo anchor.{md,png} from anchor.json
+    nice python benchmarks/anchor.py --jobs 2 --out-dir OUT --work-dir WORK   # the study (~2 h on 2 shared CPU cores)
+    python benchmarks/anchor.py --smoke                                       # one tiny run per arm (tests)
+    python benchmarks/anchor.py --report-only                                 # redo anchor.{md,png} from anchor.json
+    python benchmarks/anchor.py --only "PACS ref N=2 reset" 0.3 3e-05 0 --out-dir OUT   # one run, printed as JSON
 
-The task, model, SFT warm start and RL settings are learning.py's (three-digit addition with a 32-token scratchpad,
-a 0.49M-parameter Qwen3, 120 optimizer steps of 8 prompts x 8 completions, 4 optimizer steps per generation, so every
-run generates the same 3,840 completions). Configs:
-
-- `PACS rollout`: the reward proxy against pi_old of each generation (the authors' code; `pacs`'s first anchor);
-- `PACS ref never` / `PACS ref N=8` / `PACS ref N=2`: against a fixed pi_ref (`pacs_anchor="reference"`), never reset,
-  or hard-reset with the optimizer states after every 8 / 2 generations (32 / 8 optimizer steps);
-- `GRPO`, `RLOO`: TRL's trainers.
-
-Learning rates: each config picks its own on the first seed from `--lr-grid` by validation accuracy (learning.py's
-protocol; the test set plays no part). Then every config runs seeds `--seeds` at its rate; runs are cached one JSON file each under `--work-dir`, so the study can be resumed or extended.
-Per run: held-out test accuracy every 20 steps, the implicit critic on every step (|sigma(psi) - 1/2|, its sign
-accuracy against always guessing the majority label, the share of completions with |R - sigma(psi)| < 0.1), the
-policy's token entropy, mean |r|, the k3 KL to pi_ref and the resets. Writes anchor.json, anchor.md, anchor.png.
+The protocol (pre-registered in results/anchor_protocol.md before any run): learning.py's task, model, SFT warm start
+and RL settings (three-digit addition, a 0.49M-parameter Qwen3, 120 optimizer steps of 8 prompts x 8 completions,
+4 optimizer steps per generation). Arms (`ARMS`): the rollout anchor; the reference anchor never reset; reset every 8
+and every 2 generations, each with the optimizer kept, reset, and reset with a re-warmup of `--rewarmup` steps; GRPO and
+RLOO. Tuning: every arm picks its settings on `--tune-seed` (not a reported seed) by final validation accuracy, from
+the same budget: PACS arms beta x lr over `--betas` x `--lrs`, GRPO/RLOO lr over `--baseline-lrs` (as many points); a
+pick on an edge of its grid extends the grid one point past that edge (at most `--extend` times). Then every arm runs
+`--seeds` at its pick. Per run: greedy validation/test accuracy every 20 steps, per step the critic's within-group
+ranking (all steps; generations' first steps: fresh completions), its Brier score on mixed groups, entropy, |r|, KL
+to pi_ref, the resets, the learning-rate factor and the parameter change ||dtheta|| of the step; at the end the KL of
+the policy to the SFT policy on a fixed probe set. Runs are cached one JSON each under `--work-dir`.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import argparse
 import functools
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,52 +36,90 @@ import learning
 
 
 HERE = Path(__file__).resolve().parent
-PACS = {"pacs_beta": 1.0, "pacs_class_weight": "balanced"}
-CONFIGS = {
-    "PACS rollout": ("pacs", {**PACS, "pacs_anchor": "rollout"}),
-    "PACS ref never": ("pacs", {**PACS, "pacs_anchor": "reference", "pacs_reference_reset_generations": 0}),
-    "PACS ref N=8": ("pacs", {**PACS, "pacs_anchor": "reference", "pacs_reference_reset_generations": 8}),
-    "PACS ref N=2": ("pacs", {**PACS, "pacs_anchor": "reference", "pacs_reference_reset_generations": 2}),
+REF = {"pacs_anchor": "reference", "pacs_class_weight": "balanced"}
+RESET_MODES = {
+    "keep": {"pacs_reset_optimizer": False},
+    "reset": {"pacs_reset_optimizer": True},
+    "reset+warmup": {"pacs_reset_optimizer": True},  # pacs_reset_warmup_steps from --rewarmup
+}
+ARMS = {
+    "PACS rollout": ("pacs", {"pacs_anchor": "rollout", "pacs_class_weight": "balanced"}),
+    "PACS ref never": ("pacs", {**REF, "pacs_reference_reset_generations": 0}),
+    **{
+        f"PACS ref N={n} {mode}": ("pacs", {**REF, "pacs_reference_reset_generations": n, **extra})
+        for n in (8, 2)
+        for mode, extra in RESET_MODES.items()
+    },
     "GRPO": ("grpo", {}),
     "RLOO": ("rloo", {}),
 }
-learning.CONFIGS.update(CONFIGS)  # built by learning.make_trainer ("PACS rollout" is its "PACS b=1 balanced")
-STEP_KEYS = ("entropy", "pacs/proxy_abs_mean", "pacs/reference_kl", "pacs/reference_resets", "pacs/psi_std", "reward")
+STEP_KEYS = (
+    "entropy", "pacs/proxy_abs_mean", "pacs/reference_kl", "pacs/reference_resets", "pacs/psi_std", "reward",
+    "pacs/critic_ranking", "pacs/critic_ranking_fresh", "pacs/critic_brier_mixed", "pacs/lr_factor", "grad_norm",
+)  # fmt: skip
+PROBE = 200  # validation problems whose worked answers are the KL probe (teacher-forced)
 
 
-def critic_stats(log: list[dict], steps_per_generation: int, which: str) -> dict | None:
-    """The implicit critic over a run's optimizer steps (`which`: "all", "off_policy", or "first": each generation's
-    first step) from PACSTrainer's per-step metrics in `log_history` (transformers logs optimizer step k as
-    `"step": k`; TRL generated before it when k - 1 is a multiple of `steps_per_generation`): quantiles of the per-step
-    median |sigma(psi) - 1/2|, and the means of the per-step sign accuracy, majority-label accuracy and share of
-    completions with |R - sigma(psi)| < 0.1. (The committed anchor.json pooled completions instead: its runs,
-    without a `summary` key, came from the frozen study copy, see anchor.md.)"""
-    rows = _common.critic_steps(log, steps_per_generation, which)
-    if not rows:
-        return None
-    return {
-        "summary": "per_step",
-        "steps": len(rows),
-        "margin_q10_q50_q90": _common.quantiles([e["pacs/critic_margin"] for e in rows]),
-        "critic_accuracy": statistics.mean(e["pacs/critic_accuracy"] for e in rows),
-        "majority_accuracy": statistics.mean(e["pacs/majority_accuracy"] for e in rows),
-        "close_frac": statistics.mean(e["pacs/critic_close_frac"] for e in rows),
-    }
+def arm_config(arm: str, beta: float | None, rewarmup: int) -> tuple[str, dict]:
+    family, extra = ARMS[arm]
+    extra = dict(extra)
+    if family == "pacs":
+        extra["pacs_beta"] = beta
+        if arm.endswith("reset+warmup"):
+            extra["pacs_reset_warmup_steps"] = rewarmup
+    return family, extra
 
 
-def run_one(name: str, lr: float, seed: int, args, model_path: str) -> dict:
-    """One RL run from the SFT checkpoint; its test curve, per-step logs and critic statistics."""
+def tag(arm: str, beta: float | None, lr: float, seed: int) -> str:
+    safe = arm.replace(" ", "_").replace("=", "").replace("+", "_")
+    return f"{safe}_b{beta:g}_lr{lr:g}_s{seed}" if beta is not None else f"{safe}_lr{lr:g}_s{seed}"
+
+
+def probe_kl(model, sft_path: str, args) -> float:
+    """Mean per-token KL(pi_theta || pi_SFT) over the full vocabulary on a fixed probe set: the first `PROBE`
+    validation prompts followed by their worked answers (teacher-forced, so both policies see the same contexts)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    t = _tasks.task(args)
+    tok = t["tokenizer"]
+    texts = [p + a + tok.eos_token for p, a in t["val"][:PROBE]]
+    batch = tok(texts, return_tensors="pt", padding=True)
+    sft = AutoModelForCausalLM.from_pretrained(sft_path, dtype=torch.float32).eval()
+    model = model.float().eval()
+    with torch.no_grad():
+        logp = model(**batch).logits.float().log_softmax(-1)  # (B, T, V)
+        logq = sft(**batch).logits.float().log_softmax(-1)
+    kl = (logp.exp() * (logp - logq)).sum(-1)  # (B, T)
+    mask = batch["attention_mask"].float()
+    return float((kl * mask).sum() / mask.sum())
+
+
+def run_one(spec: tuple[str, float | None, float, int], args, model_path: str) -> dict:
+    """One RL run from the SFT checkpoint: its validation/test curve, per-step logs and the final probe KL."""
+    import torch
     from transformers import PrinterCallback, TrainerCallback
 
+    arm, beta, lr, seed = spec
     t = _tasks.task(args)
     curve, steps = [], []
 
     class Watch(TrainerCallback):
+        def on_step_begin(self, a, state, control, model=None, **kw):
+            self.before = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+
+        def on_step_end(self, a, state, control, model=None, **kw):
+            after = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+            self.delta = (after - self.before).norm().item()
+
         def on_log(self, a, state, control, logs=None, **kw):
             if logs and "grad_norm" in logs:
-                steps.append({"step": state.global_step, **{k: logs[k] for k in STEP_KEYS if k in logs}})
+                entry = {"step": state.global_step, "update_norm": getattr(self, "delta", None)}
+                steps.append({**entry, **{k: logs[k] for k in STEP_KEYS if k in logs}})
 
-    out = os.path.join(args.work_dir, "runs", learning.run_tag(name, lr, seed))
+    name = f"{arm} b={beta:g}" if beta is not None else arm
+    learning.CONFIGS[name] = arm_config(arm, beta, args.rewarmup)
+    out = os.path.join(args.work_dir, "runs", tag(arm, beta, lr, seed))
     trainer = learning.make_trainer(name, lr, args, model_path, t["train"], seed, out)
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(_tasks.eval_callback(args, curve))
@@ -91,58 +127,86 @@ def run_one(name: str, lr: float, seed: int, args, model_path: str) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    log = [e for e in trainer.state.log_history if "step" in e and "train_runtime" not in e]
-    spg = args.steps_per_generation
     run = {
-        "config": name, "lr": lr, "seed": seed, "curve": curve, "steps": steps, "seconds": seconds, "cpu_seconds": cpu,
-        "load": _common.load_average(), "critic_all": critic_stats(log, spg, "all"),
-        "critic_off_policy": critic_stats(log, spg, "off_policy"), "critic_first_step": critic_stats(log, spg, "first"),
+        "arm": arm, "beta": beta, "lr": lr, "seed": seed, "curve": curve, "steps": steps,
+        "kl_to_sft": probe_kl(trainer.model, model_path, args), "seconds": seconds, "cpu_seconds": cpu,
+        "load": _common.load_average(),
     }  # fmt: skip
     print(
-        f"[anchor] {name:15s} lr {lr:g} seed {seed}: test {curve[0][2]:.3f} -> {curve[-1][2]:.3f}"
-        + (f", critic margin q50 {run['critic_all']['margin_q10_q50_q90'][1]:.3f}" if run["critic_all"] else "")
-        + f" in {seconds:.0f}s (cpu {cpu:.0f}s, load {_common.load_average()})",
+        f"[anchor] {name:32s} lr {lr:g} seed {seed}: val {curve[-1][1]:.3f} test {curve[0][2]:.3f} -> "
+        f"{curve[-1][2]:.3f}, KL to SFT {run['kl_to_sft']:.4f} in {seconds:.0f}s (cpu {cpu:.0f}s, load {run['load']})",
         flush=True,
     )
     return run
 
 
-def _cache_path(cache: Path, name: str, lr: float, seed: int) -> Path:
-    return cache / f"{learning.run_tag(name, lr, seed)}.json"
+def _store(spec, args, model_path: str, cache: Path) -> None:
+    (cache / f"{tag(*spec)}.json").write_text(json.dumps(run_one(spec, args, model_path)))
 
 
-def _run_and_store(spec: tuple[str, float, int], args, model_path: str, cache: Path) -> None:
-    _cache_path(cache, *spec).write_text(json.dumps(run_one(*spec, args, model_path)))
+def _grid(arm: str, args) -> tuple[list, list]:
+    if ARMS[arm][0] == "pacs":
+        return list(args.betas), list(args.lrs)
+    return [None], list(args.baseline_lrs)
+
+
+def _extend(values: list[float], picked: float, factor: float) -> list[float] | None:
+    """The grid one point past the edge the pick sits on (x or / by `factor`), or None when the pick is inside."""
+    values = sorted(values)
+    if len(values) < 2 or picked not in (values[0], values[-1]):
+        return None
+    return values + [values[-1] * factor] if picked == values[-1] else [values[0] / factor, *values]
 
 
 def run_all(args, model_path: str) -> list[dict]:
-    """Every run the study needs, cached one JSON each (`--jobs` at a time, `_common.run_all`); every config picks its
-    learning rate on the first seed first."""
+    """Tuning (each arm's grid on the tuning seed, extended where the pick is on an edge), then the reported seeds at
+    each arm's pick; every run cached (`--jobs` at a time)."""
     cache = Path(args.work_dir) / "anchor_runs"
     cache.mkdir(parents=True, exist_ok=True)
-    store = functools.partial(_run_and_store, args=args, model_path=model_path, cache=cache)
+    store = functools.partial(_store, args=args, model_path=model_path, cache=cache)
 
-    def run_batch(specs: list[tuple[str, float, int]]) -> None:
-        todo = [spec for spec in specs if not _cache_path(cache, *spec).exists()]
+    def load() -> list[dict]:
+        return [json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))]
+
+    def run_batch(specs: list[tuple]) -> None:
+        todo = [spec for spec in specs if not (cache / f"{tag(*spec)}.json").exists()]
         _common.run_all(store, todo, args.jobs, lambda _: None)
 
-    seeds = args.seeds
-    run_batch([(c, lr, seeds[0]) for lr in args.lr_grid for c in args.configs])
-    runs = [json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))]
-    picked = anchor_report.picked_lrs(runs, args.configs, seeds[0], args.lr_grid)
-    run_batch([(c, picked[c], s) for s in seeds[1:] for c in args.configs])
-    return [json.loads(p.read_text()) for p in sorted(cache.glob("*.json"))]
+    grids = {arm: _grid(arm, args) for arm in args.arms}
+    for _ in range(args.extend + 1):
+        run_batch([(arm, b, lr, args.tune_seed) for arm, (bs, lrs) in grids.items() for b in bs for lr in lrs])
+        picks = anchor_report.picks(load(), args.arms, args.tune_seed, grids)
+        grown = False
+        for arm, (beta, lr) in picks.items():
+            bs, lrs = grids[arm]
+            more_lrs = _extend(lrs, lr, 3.0)
+            more_bs = _extend(bs, beta, 3.0) if beta is not None else None
+            grids[arm] = (more_bs or bs, more_lrs or lrs)
+            grown = grown or bool(more_lrs or more_bs)
+        if not grown:
+            break
+    args.grids = grids
+    picks = anchor_report.picks(load(), args.arms, args.tune_seed, grids)
+    run_batch([(arm, *picks[arm], seed) for seed in args.seeds for arm in args.arms])
+    return load()
 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default=str(HERE / "results"))
     p.add_argument("--work-dir", default="/tmp/pacs-bench-anchor")
-    p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    p.add_argument("--lr-grid", dest="lr_grid", nargs="+", type=float, default=[1e-5, 3e-5, 1e-4])
+    p.add_argument("--tune-seed", dest="tune_seed", type=int, default=100)
+    p.add_argument("--betas", nargs="+", type=float, default=[0.1, 0.3, 1.0])
+    p.add_argument("--lrs", nargs="+", type=float, default=[1e-5, 3e-5, 1e-4])
+    p.add_argument("--baseline-lrs", dest="baseline_lrs", nargs="+", type=float,
+                   default=[3e-6, 6e-6, 1e-5, 2e-5, 3e-5, 6e-5, 1e-4, 2e-4, 3e-4])  # fmt: skip
+    p.add_argument("--rewarmup", type=int, default=4, help="pacs_reset_warmup_steps of the reset+warmup arms")
+    p.add_argument("--extend", type=int, default=1, help="grid extensions past an edge pick, at most")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--report-only", dest="report_only", action="store_true")
+    p.add_argument("--only", nargs=4, metavar=("ARM", "BETA", "LR", "SEED"), help="one run, printed as JSON")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=100, help="SFT steps (warm start)")
     args, rest = p.parse_known_args(argv)
@@ -150,20 +214,29 @@ def main(argv=None) -> dict:
     for k, v in vars(args).items():
         setattr(largs, k, v)
     if args.smoke:
-        largs.seeds, largs.lr_grid, largs.sft_max_steps = [0], [1e-4], 25
+        largs.seeds, largs.betas, largs.lrs, largs.baseline_lrs, largs.sft_max_steps = [0], [1.0], [1e-4], [1e-4], 25
+        largs.extend, largs.rewarmup = 0, 1
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     raw_path = out / ("anchor_smoke.json" if args.smoke else "anchor.json")
     if args.report_only:
         raw = json.loads(raw_path.read_text())
-    else:
-        info = _common.machine_info()
-        t = _tasks.task(largs)
-        sft_meta = _tasks.sft_warm_start(largs, t["tokenizer"], t["sft"], t["dev"], t["test"])
-        runs = run_all(largs, str(Path(largs.work_dir) / "sft"))
-        raw = {"info": info, "args": vars(largs), "argv": sys.argv, "sft": sft_meta, "runs": runs}
-        raw["info"]["load_average_end"] = _common.load_average()
-        raw_path.write_text(json.dumps(raw, indent=1))
+        anchor_report.report(raw, out, smoke=args.smoke)
+        return raw
+    info = _common.machine_info()
+    t = _tasks.task(largs)
+    sft_meta = _tasks.sft_warm_start(largs, t["tokenizer"], t["sft"], t["dev"], t["test"])
+    sft_path = str(Path(largs.work_dir) / "sft")
+    if args.only:
+        arm, beta, lr, seed = args.only
+        spec = (arm, None if beta == "-" else float(beta), float(lr), int(seed))
+        run = run_one(spec, largs, sft_path)
+        print(json.dumps({k: run[k] for k in ("arm", "beta", "lr", "seed", "curve", "kl_to_sft")}))
+        return run
+    runs = run_all(largs, sft_path)
+    raw = {"info": info, "args": vars(largs), "argv": sys.argv, "sft": sft_meta, "runs": runs}
+    raw["info"]["load_average_end"] = _common.load_average()
+    raw_path.write_text(json.dumps(raw, indent=1))
     anchor_report.report(raw, out, smoke=args.smoke)
     return raw
 

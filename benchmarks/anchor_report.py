@@ -1,4 +1,5 @@
-"""Renders anchor.py's runs (anchor.json) as anchor.md and anchor.png; the numbers are computed here, never typed."""
+"""Renders anchor.py's runs (anchor.json) as anchor.md and anchor.png; every number is computed here, never typed, and
+the verdict follows the rule written in anchor_protocol.md before the runs."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import statistics
 from pathlib import Path
 
 import report as report_md
+from _common import t_interval
+
+
+PRIMARY = ("PACS ref N=8 reset", "PACS rollout")
+BASELINES = ("PACS rollout", "GRPO", "RLOO")
 
 
 def fmt(xs: list[float], signed: bool = False) -> str:
     """mean [95% t-interval] over seeds (`report.interval`)."""
-    return report_md.interval(xs, "+.3f" if signed else ".3f")
+    return report_md.interval(xs, "+.3f" if signed else ".3f") if xs else "—"
 
 
 def final(run: dict, last: int = 3, column: int = 2) -> float:
@@ -21,93 +27,157 @@ def auc(run: dict) -> float:
     return statistics.mean(c[2] for c in run["curve"][1:])
 
 
-def picked_lrs(runs: list[dict], configs: list[str], seed0: int, lr_grid: list[float]) -> dict:
-    """Per config, the grid rate whose `seed0` run has the best final validation accuracy (mean of the last 3
-    evaluations): how anchor.py picks the rate the other seeds run at, and how this report finds it again."""
-    picked = {}
-    for c in configs:
-        rs = [r for r in runs if r["config"] == c and r["seed"] == seed0 and r["lr"] in lr_grid]
+def picks(runs: list[dict], arms: list[str], seed: int, grids: dict | None = None) -> dict:
+    """Per arm, the (beta, lr) of its tuning-seed run with the best final validation accuracy (inside `grids` when
+    given: `{arm: (betas, lrs)}`); ties go to the smaller lr, then the smaller beta."""
+    out = {}
+    for arm in arms:
+        rs = [r for r in runs if r["arm"] == arm and r["seed"] == seed]
+        if grids is not None:
+            bs, lrs = grids[arm]
+            rs = [r for r in rs if r["lr"] in lrs and r["beta"] in bs]
         if rs:
-            picked[c] = max(rs, key=lambda r: final(r, column=1))["lr"]
-    return picked
+            best = max(rs, key=lambda r: (final(r, column=1), -r["lr"], -(r["beta"] or 0)))
+            out[arm] = (best["beta"], best["lr"])
+    return out
 
 
-def step_mean(run: dict, key: str, lo: int, hi: int) -> float | None:
-    vals = [s[key] for s in run["steps"] if key in s and lo < s["step"] <= hi]
+def run_mean(run: dict, key: str) -> float | None:
+    vals = [s[key] for s in run["steps"] if s.get(key) is not None]
     return statistics.mean(vals) if vals else None
 
 
-def tables(raw: dict) -> dict[str, str]:
+def step_mean(run: dict, key: str, lo: int, hi: int) -> float | None:
+    vals = [s[key] for s in run["steps"] if s.get(key) is not None and lo < s["step"] <= hi]
+    return statistics.mean(vals) if vals else None
+
+
+def reset_shock(run: dict) -> tuple[float, float] | None:
+    """(median ||dtheta|| of the steps right after a reset, median ||dtheta|| of the other steps after step 1)."""
+    prev, after, other = 0, [], []
+    for s in run["steps"]:
+        resets = s.get("pacs/reference_resets", 0)
+        if s.get("update_norm") is None:
+            continue
+        (after if resets > prev else other if s["step"] > 1 else []).append(s["update_norm"])
+        prev = resets
+    return (statistics.median(after), statistics.median(other)) if after and other else None
+
+
+def values(rs: list[dict], fn) -> list[float]:
+    return [v for r in rs if (v := fn(r)) is not None]
+
+
+def paired(a: list[dict], b: list[dict], fn=final) -> list[float]:
+    bs = {r["seed"]: fn(r) for r in b}
+    return [fn(r) - bs[r["seed"]] for r in a if r["seed"] in bs]
+
+
+def tables(raw: dict) -> dict:
     args, runs = raw["args"], raw["runs"]
-    configs = [c for c in args["configs"] if any(r["config"] == c for r in runs)]
-    picked = picked_lrs(runs, configs, args["seeds"][0], args["lr_grid"])
+    arms = [a for a in args["arms"] if any(r["arm"] == a for r in runs)]
+    grids = {a: tuple(g) for a, g in args["grids"].items()} if args.get("grids") else None
+    picked = picks(runs, arms, args["tune_seed"], grids)
     at = {
-        c: sorted((r for r in runs if r["config"] == c and r["lr"] == picked[c]), key=lambda r: r["seed"])
-        for c in configs
+        a: sorted(
+            (r for r in runs if r["arm"] == a and (r["beta"], r["lr"]) == picked[a] and r["seed"] in args["seeds"]),
+            key=lambda r: r["seed"],
+        )
+        for a in arms
     }
-    out = {}
-    grid = sorted({r["lr"] for r in runs if r["seed"] == args["seeds"][0] and True})
-    rows = [
-        "| config | " + " | ".join(f"val acc, lr {lr:g}" for lr in grid) + " | picked lr |",
-        "|---" * (len(grid) + 2) + "|",
-    ]
-    for c in configs:
-        if True:
-            val = {r["lr"]: final(r, column=1) for r in runs if r["config"] == c and r["seed"] == args["seeds"][0]}
-            rows.append(
-                f"| {c} | " + " | ".join(f"{val[lr]:.3f}" if lr in val else "—" for lr in grid) + f" | {picked[c]:g} |"
-            )
-    out["lr"] = "\n".join(rows)
+    out = {"_picked": picked, "_at": at}
+    rows = [f"| arm | tuning runs (seed {args['tune_seed']}): val acc at β, lr | pick β, lr |", "|---|---|---|"]
+    for a in arms:
+        rs = sorted(
+            (r for r in runs if r["arm"] == a and r["seed"] == args["tune_seed"]),
+            key=lambda r: (r["beta"] or 0, r["lr"]),
+        )
+        cells = ", ".join(
+            (f"β {r['beta']:g} " if r["beta"] is not None else "") + f"lr {r['lr']:g}: {final(r, column=1):.3f}"
+            for r in rs
+        )
+        beta, lr = picked[a]
+        rows.append(f"| {a} | {cells} | {'' if beta is None else f'β {beta:g}, '}lr {lr:g} |")
+    out["tuning"] = "\n".join(rows)
 
     rows = [
-        "| config | lr | seeds | final test acc (last 3 evals) | AUC | critic: median abs(σ(ψ) − ½), all steps | "
-        "on each generation's first step | critic sign accuracy (majority label) | share abs(R − σ(ψ)) < 0.1 | "
-        "entropy, steps 1-20 → 101-120 | mean abs(r), last 20 steps | resets | CPU s/run |",
-        "|---" * 13 + "|",
+        "| arm | seeds | final test acc | AUC | critic ranking, fresh | ranking, other steps | Brier, mixed groups | "
+        "KL to SFT (probe) | entropy, steps 1-20 → 101-120 | ‖Δθ‖ after a reset / median step | resets | CPU s/run |",
+        "|---" * 12 + "|",
     ]
-    for c in configs:
-        rs = at[c]
-        crit = [r["critic_all"] for r in rs if r.get("critic_all")]
-        first = [r["critic_first_step"] for r in rs if r.get("critic_first_step")]
-        ent0 = [v for r in rs if (v := step_mean(r, "entropy", 0, 20)) is not None]
-        ent1 = [v for r in rs if (v := step_mean(r, "entropy", 100, 120)) is not None]
-        prox = [v for r in rs if (v := step_mean(r, "pacs/proxy_abs_mean", 100, 120)) is not None]
+    for a in arms:
+        rs = at[a]
+        fresh = values(rs, lambda r: run_mean(r, "pacs/critic_ranking_fresh"))
+        ranking = values(rs, lambda r: run_mean(r, "pacs/critic_ranking"))
+        brier = values(rs, lambda r: run_mean(r, "pacs/critic_brier_mixed"))
+        ent0, ent1 = (
+            values(rs, lambda r: step_mean(r, "entropy", 0, 20)),
+            values(rs, lambda r: step_mean(r, "entropy", 100, 120)),
+        )
+        shocks = values(rs, reset_shock)
         resets = [max((s.get("pacs/reference_resets", 0) for s in r["steps"]), default=0) for r in rs]
         rows.append(
-            f"| {c} | {picked[c]:g} | {len(rs)} | {fmt([final(r) for r in rs])} | {fmt([auc(r) for r in rs])} | "
-            + (f"{statistics.median(x['margin_q10_q50_q90'][1] for x in crit):.3f} | " if crit else "— | ")
-            + (f"{statistics.median(x['margin_q10_q50_q90'][1] for x in first):.3f} | " if first else "— | ")
-            + (
-                f"{statistics.mean(x['critic_accuracy'] for x in crit):.3f} ({statistics.mean(x['majority_accuracy'] for x in crit):.3f}) | "
-                if crit
-                else "— | "
-            )
-            + (f"{statistics.mean(x['close_frac'] for x in crit):.3f} | " if crit else "— | ")
+            f"| {a} | {len(rs)} | {fmt([final(r) for r in rs])} | {fmt([auc(r) for r in rs])} | {fmt(fresh)} | "
+            f"{fmt(ranking)} | {fmt(brier)} | {fmt([r['kl_to_sft'] for r in rs])} | "
             + (f"{statistics.mean(ent0):.3f} → {statistics.mean(ent1):.3f} | " if ent0 and ent1 else "— | ")
-            + (f"{statistics.mean(prox):.2f} | " if prox else "— | ")
-            + (f"{statistics.mean(resets):.0f} | " if c.startswith("PACS ref") else "— | ")
+            + (f"{statistics.median(s[0] / s[1] for s in shocks):.1f}× | " if shocks else "— | ")
+            + (f"{statistics.mean(resets):.0f} | " if a.startswith("PACS ref") else "— | ")
             + f"{statistics.mean(r['cpu_seconds'] for r in rs):.0f} |"
         )
     out["summary"] = "\n".join(rows)
 
-    rows = [
-        "| config | seeds | − PACS rollout, final test acc | − GRPO, final test acc | − RLOO, final test acc |",
-        "|---|---|---|---|---|",
-    ]
-    for c in configs:
+    rows = ["| arm | " + " | ".join(f"− {b}, final test acc | − {b}, AUC" for b in BASELINES) + " |", "|---" * 7 + "|"]
+    for a in arms:
         cells = []
-        for base in ("PACS rollout", "GRPO", "RLOO"):
-            if base == c or base not in at:
-                cells.append("—")
+        for b in BASELINES:
+            if b == a or b not in at:
+                cells += ["—", "—"]
                 continue
-            bs = {r["seed"]: final(r) for r in at[base]}
-            diffs = [final(r) - bs[r["seed"]] for r in at[c] if r["seed"] in bs]
-            cells.append(fmt(diffs, signed=True) if diffs else "—")
-        rows.append(f"| {c} | {len(at[c])} | " + " | ".join(cells) + " |")
+            cells += [fmt(paired(at[a], at[b]), True), fmt(paired(at[a], at[b], auc), True)]
+        rows.append(f"| {a} | " + " | ".join(cells) + " |")
     out["paired"] = "\n".join(rows)
-    out["_picked"] = picked
-    out["_at"] = at
+    out["verdict"] = verdict(at)
     return out
+
+
+def decide(diffs: list[float], a: str, b: str) -> str:
+    ci = t_interval(diffs)
+    if ci is None:
+        return f"{a} vs {b}: too few paired seeds"
+    m, lo, hi = ci
+    if lo > 0 or hi < 0:
+        winner, loser = (a, b) if m > 0 else (b, a)
+        return f"**{winner}** beats {loser} by {abs(m):.3f} [{lo:+.3f}, {hi:+.3f}] ({a} − {b}, paired, {len(diffs)} seeds)"
+    return (
+        f"no difference detected between {a} and {b}: {m:+.3f} [{lo:+.3f}, {hi:+.3f}] ({a} − {b}, {len(diffs)} seeds)"
+    )
+
+
+def verdict(at: dict) -> list[str]:
+    """The pre-registered rule (anchor_protocol.md), applied to the numbers."""
+    lines = []
+    a, b = PRIMARY
+    if a in at and b in at:
+        lines.append("Primary: " + decide(paired(at[a], at[b]), a, b) + ".")
+    for n in (8, 2):
+        w, r = f"PACS ref N={n} reset+warmup", f"PACS ref N={n} reset"
+        if w in at and r in at:
+            lines.append("Re-warmup: " + decide(paired(at[w], at[r]), w, r) + ".")
+        k = f"PACS ref N={n} keep"
+        if k in at and r in at:
+            lines.append("Optimizer reset: " + decide(paired(at[r], at[k]), r, k) + ".")
+    both = []
+    for arm, rs in at.items():
+        fresh = values(rs, lambda r: run_mean(r, "pacs/critic_ranking_fresh"))
+        ci_f = t_interval(fresh)
+        ci_d = t_interval(paired(rs, at.get("PACS rollout", [])))
+        if ci_f and ci_f[1] > 0.5 and arm != "PACS rollout" and (ci_d is None or ci_d[2] >= 0):
+            both.append(f"{arm} (fresh ranking {ci_f[0]:.3f}, vs rollout {ci_d[0]:+.3f})" if ci_d else arm)
+    lines.append(
+        "Arms with both an informative critic (fresh ranking interval above 0.5) and final accuracy not below the "
+        "rollout anchor (paired interval reaching 0 or above): " + (", ".join(both) if both else "none") + "."
+    )
+    return lines
 
 
 def plot(at: dict, path: Path, title: str) -> None:
@@ -116,80 +186,72 @@ def plot(at: dict, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
-    for c, rs in at.items():
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    for a, rs in at.items():
+        if not rs:
+            continue
         steps = [p[0] for p in rs[0]["curve"]]
         mean = [statistics.mean(r["curve"][i][2] for r in rs) for i in range(len(steps))]
-        line = axes[0].plot(steps, mean, marker="o", ms=3, label=c)[0]
-        lo = [min(r["curve"][i][2] for r in rs) for i in range(len(steps))]
-        hi = [max(r["curve"][i][2] for r in rs) for i in range(len(steps))]
-        axes[0].fill_between(steps, lo, hi, alpha=0.12, color=line.get_color())
-        for ax, key in ((axes[1], "entropy"), (axes[2], "pacs/psi_std")):
-            xs = sorted({s["step"] for r in rs for s in r["steps"] if key in s})
+        line = axes[0].plot(steps, mean, marker="o", ms=3, label=a)[0]
+        for ax, key in ((axes[1], "pacs/critic_ranking_fresh"), (axes[2], "entropy")):
+            xs = sorted({s["step"] for r in rs for s in r["steps"] if s.get(key) is not None})
             if not xs:
                 continue
-            ys = [statistics.mean(s[key] for r in rs for s in r["steps"] if s["step"] == x and key in s) for x in xs]
-            w = 4  # one generation
+            ys = [
+                statistics.mean(s[key] for r in rs for s in r["steps"] if s["step"] == x and s.get(key) is not None)
+                for x in xs
+            ]
+            w = 5
             ys = [statistics.mean(ys[max(0, i - w + 1) : i + 1]) for i in range(len(ys))]
-            ax.plot(xs, ys, color=line.get_color(), label=c)
-    axes[0].set(xlabel="optimizer step", ylabel="greedy test accuracy", title="held-out accuracy (mean, min-max)")
-    axes[1].set(xlabel="optimizer step", ylabel="token entropy", title="policy entropy (mean over seeds, 4-step avg)")
-    axes[2].set(xlabel="optimizer step", ylabel="std of psi in a step", title="critic logit spread (PACS)")
-    axes[2].set_yscale("log")
-    axes[0].legend(fontsize=8)
+            ax.plot(xs, ys, color=line.get_color(), label=a)
+    axes[0].set(xlabel="optimizer step", ylabel="greedy test accuracy", title="held-out accuracy (mean over seeds)")
+    axes[1].set(
+        xlabel="optimizer step", ylabel="within-group ranking", title="critic on fresh completions (5-point avg)"
+    )
+    axes[1].axhline(0.5, color="grey", lw=0.8, ls="--")
+    axes[2].set(xlabel="optimizer step", ylabel="token entropy", title="policy entropy (5-point avg)")
+    axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def report(raw: dict, out: Path, smoke: bool = False) -> dict:
+def report(raw: dict, out: Path, smoke: bool = False) -> None:
     t = tables(raw)
-    print("\n\n".join(v for k, v in t.items() if not k.startswith("_")))
-    if smoke:
-        return t
-    plot(
-        t["_at"], out / "anchor.png", "PACS anchors vs GRPO/RLOO, 3-digit addition with scratchpad, 0.49M Qwen3 (CPU)"
-    )
-    verdict = out / "anchor_verdict.md"
-    a = raw["args"]
-    md = [
-        "# The reward proxy's anchor: pi_old of each generation vs a fixed, periodically reset pi_ref (CPU)",
+    info, args = raw["info"], raw["args"]
+    protocol = (Path(__file__).parent / "results" / "anchor_protocol.md").read_text().split("\n", 2)[2]
+    stem = "anchor_smoke" if smoke else "anchor"
+    lines = [
+        "# The reward proxy's anchor, every arm tuned: π_old of each rollout vs a fixed, periodically reset π_ref (CPU)",
         "",
-        report_md.machine_markdown(raw["info"]),
-        f"- command: `{' '.join(raw['argv'])}`",
-        f"- code: {raw['info'].get('code', 'this checkout')}",
-        "- task, model, SFT warm start, RL settings: as in [learning.md](learning.md) "
-        f"(SFT dev acc {raw['sft']['dev_acc']:.3f}, test {raw['sft']['test_acc']:.3f}); {a['max_steps']} optimizer steps "
-        f"of {a['prompts_per_step']} prompts x {a['num_generations']} completions, {a['steps_per_generation']} optimizer "
-        "steps per generation: every run generates the same completions",
-        f"- seeds {a['seeds']}; learning rates: each config its own, picked on seed {a['seeds'][0]} by validation "
-        f"accuracy from {a['lr_grid']}",
-        "- critic statistics: "
-        + (
-            "per run, the quantiles of the per-step median abs(σ(ψ) − ½) and the means of per-step accuracies and "
-            "shares (PACSTrainer's logged metrics)"
-            if any((r.get("critic_all") or {}).get("summary") == "per_step" for r in raw["runs"])
-            else "per run, pooled over every completion of every optimizer step"
-        )
-        + "; then the median (margins) or mean (accuracies, shares) over seeds",
+        report_md.machine_markdown(info),
+        f"- command: `{' '.join(raw.get('argv') or [])}`",
+        f"- code: {info.get('code', 'this checkout')}",
+        f"- SFT warm start: {raw['sft']}",
         "",
-        "## Learning-rate pick (validation)",
+        "## Protocol (written before the runs: anchor_protocol.md)",
         "",
-        t["lr"],
+        protocol.strip(),
         "",
-        "## At the picked learning rates",
+        "## Tuning",
+        "",
+        t["tuning"],
+        "",
+        f"## At each arm's pick (seeds {args['seeds']})",
         "",
         t["summary"],
         "",
-        "Paired by seed (same prompt order):",
+        "Paired by seed (same prompt order), final test accuracy and AUC differences, 95% t-intervals:",
         "",
         t["paired"],
         "",
-        "![anchor](anchor.png)",
+        f"![anchor]({stem}.png)",
+        "",
+        "## What the rule says",
+        "",
+        *[f"- {line}" for line in t["verdict"]],
         "",
     ]
-    if verdict.exists():
-        md += ["## Verdict", "", verdict.read_text().strip(), ""]
-    (out / "anchor.md").write_text("\n".join(md))
-    return t
+    (out / f"{stem}.md").write_text("\n".join(lines))
+    plot(t["_at"], out / f"{stem}.png", f"anchor study: {len(raw['runs'])} runs")

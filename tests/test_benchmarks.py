@@ -83,18 +83,23 @@ def test_learning_task_pieces():
 def test_critic_summary_and_clip_fraction():
     import _common
 
-    def entry(step, margin, acc, majority, close):
-        return {"step": step, "pacs/critic_margin": margin, "pacs/critic_accuracy": acc,
-                "pacs/majority_accuracy": majority, "pacs/critic_close_frac": close, "pacs/psi_std": 0.1}  # fmt: skip
+    def entry(step, margin, ranking, fresh, brier, close):
+        e = {"step": step, "pacs/critic_margin": margin, "pacs/critic_close_frac": close, "pacs/psi_std": 0.1}
+        for key, value in (("ranking", ranking), ("ranking_fresh", fresh), ("brier_mixed", brier)):
+            if value is not None:  # logged only on steps with a mixed group (the fresh ranking: first steps)
+                e[f"pacs/critic_{key}"] = value
+        return e
 
     # transformers logs optimizer step k (1-based) as "step": k; with 2 optimizer steps per generation steps 1 and 3
-    # generated (psi == 0 there: left out), steps 2 and 4 are off-policy
-    log = [entry(1, 0.0, 0.2, 0.8, 0.0), entry(2, 0.1, 0.5, 0.75, 0.25), entry(3, 0.0, 0.3, 0.7, 0.0)]
-    log += [{"step": 3, "grad_norm": 2.0}, entry(4, 0.3, 0.7, 0.5, 0.75), {"step": 4, "train_runtime": 1.0}]
+    # generated (the fresh ranking), steps 2 and 4 are off-policy
+    log = [entry(1, 0.0, 0.5, 0.5, 0.25, 0.0), entry(2, 0.1, 0.6, None, 0.2, 0.25), entry(3, 0.0, 0.7, 0.7, 0.3, 0.0)]
+    log += [{"step": 3, "grad_norm": 2.0}, entry(4, 0.3, None, None, None, 0.75), {"step": 4, "train_runtime": 1.0}]
     c = _common.critic_summary(log, steps_per_cycle=2)
-    assert c["off_policy_steps"] == 2 and c["summary"] == "per_step"
+    assert c["off_policy_steps"] == 2 and c["summary"] == "per_step_ranking"
     assert c["critic_margin_step_q10_q50_q90"] == [0.1, 0.3, 0.3]  # nearest rank over the two steps' medians
-    assert c["critic_accuracy_off_policy"] == 0.6 and c["majority_label_accuracy"] == 0.625
+    assert c["critic_ranking_off_policy"] == 0.6  # step 4 had no mixed group: not counted
+    assert c["critic_ranking_fresh"] == pytest.approx(0.6) and c["fresh_steps"] == 2
+    assert c["critic_brier_mixed"] == pytest.approx(0.25)
     assert c["critic_close_frac"] == 0.5 and c["proxy_abs_mean"] is None
     assert _common.critic_summary(log, steps_per_cycle=1) is None  # every step generated: nothing off-policy
     assert _common.critic_summary([{"step": 2, "loss": 0.1}], steps_per_cycle=4) is None  # GRPO: no critic metrics
@@ -210,16 +215,17 @@ def test_reuse_smoke(tmp_path):
 def test_anchor_smoke(tmp_path):
     anchor = _load("anchor")
     raw = anchor.main(["--smoke", "--jobs", "1", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
-    assert {r["config"] for r in raw["runs"]} == set(anchor.CONFIGS)
+    assert {r["arm"] for r in raw["runs"]} == set(anchor.ARMS)
+    assert {r["seed"] for r in raw["runs"]} == {0, 100}  # the reported seed and the tuning seed
     for r in raw["runs"]:
         assert [c[0] for c in r["curve"]] == [0, 1, 2] and [s["step"] for s in r["steps"]] == [1, 2]
-        pacs = r["config"].startswith("PACS")
-        assert (r["critic_all"] is not None) == pacs
-        if pacs:  # 2 steps per generation: step 1 generated, step 2 did not
-            assert r["critic_first_step"]["steps"] == 1 and r["critic_off_policy"]["steps"] == 1
-        if r["config"].startswith("PACS ref"):
+        assert all(s["update_norm"] > 0 for s in r["steps"]) and r["kl_to_sft"] >= 0
+        assert (r["beta"] is not None) == r["arm"].startswith("PACS")
+        if r["arm"].startswith("PACS ref"):
             assert all("pacs/reference_kl" in s and "pacs/reference_resets" in s for s in r["steps"])
-    assert (tmp_path / "anchor_smoke.json").exists()
+    assert (tmp_path / "anchor_smoke.json").exists() and "What the rule says" in (
+        tmp_path / "anchor_smoke.md"
+    ).read_text()
 
 
 def test_anchor_cost_smoke(tmp_path):

@@ -100,7 +100,9 @@ def test_demo_pipeline_on_tiny_model(tiny_model_dir, tmp_path, capsys):
     assert metrics["eval_seed"] != metrics["seed"] == 1
     # One generation round of two optimizer steps: step 1 generated (reward logged), step 2 is off-policy.
     assert [step for step, _ in metrics["per_step"]["reward"]] == [1]
-    assert [step for step, _ in metrics["per_step"]["critic_accuracy"]] == [2]
+    ranked = [e["step"] for e in metrics["log_history"] if "pacs/critic_ranking" in e]
+    assert [step for step, _ in metrics["per_step"]["critic_ranking"]] == ranked
+    assert all(0.0 <= value <= 1.0 for _, value in metrics["per_step"]["critic_ranking"])
     assert [step for step, _ in metrics["per_step"]["pacs_loss"]] == [1, 2]
     assert metrics["wall_time_s"] > 0 and metrics["cpu_time_s"] > 0 and metrics["algorithm"] == "pacs"
     change = metrics["change"]  # paired: same problems before and after

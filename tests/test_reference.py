@@ -329,3 +329,75 @@ def test_deepspeed_zero3_on_cpu(tiny_model_dir, tmp_path):
     (record,) = _launch(cmd, tmp_path)
     assert record["zero_stage"] == 3
     _check_reset_run(record)  # the reset copied the sharded weights: pi_ref's forward equals the policy's
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Re-warmup after an optimizer reset (pacs_reset_warmup_steps)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(pacs_reset_warmup_steps=2),  # rollout anchor: no reset to warm up after
+        dict(pacs_reset_warmup_steps=2, pacs_anchor="reference"),  # never reset
+        dict(pacs_reset_warmup_steps=2, pacs_anchor="reference", pacs_reference_reset_generations=2,
+             pacs_reset_optimizer=False),
+        dict(pacs_reset_warmup_steps=-1),
+    ],
+)  # fmt: skip
+def test_rewarmup_without_an_optimizer_reset_is_refused(tmp_path, overrides):
+    with pytest.raises(ValueError, match="pacs_reset_warmup_steps"):
+        PACSConfig(str(tmp_path), use_cpu=True, bf16=False, **overrides)
+
+
+class StepUpdates(TrainerCallback):
+    """The learning rate each optimizer step ran at, and its parameter change."""
+
+    def __init__(self, model):
+        self.model, self.lrs, self.norms = model, [], []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.before = parameters_to_vector(self.model.parameters()).detach().clone()
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        self.lrs.append(optimizer.param_groups[0]["lr"])
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.norms.append((parameters_to_vector(self.model.parameters()).detach() - self.before).norm().item())
+
+
+def _rewarmup_run(tiny_model_dir, tmp_path, name, warmup):
+    trainer = make_trainer(
+        tiny_model_dir, tmp_path, name, optim="adamw_torch", learning_rate=1e-3, max_steps=6,
+        pacs_reference_reset_generations=1, pacs_reset_warmup_steps=warmup,
+    )  # fmt: skip
+    record = StepUpdates(trainer.model)
+    trainer.add_callback(record)
+    logs = train_logs(trainer)
+    return record, logs
+
+
+def test_rewarmup_scales_the_steps_after_a_reset(tiny_model_dir, tmp_path):
+    # 2 optimizer steps per generation, pi_ref reset (with Adam's states) before steps 3 and 5
+    plain, _ = _rewarmup_run(tiny_model_dir, tmp_path, "plain", 0)
+    warm, logs = _rewarmup_run(tiny_model_dir, tmp_path, "warm", 2)
+    assert plain.lrs == pytest.approx([1e-3] * 6)
+    assert warm.lrs == pytest.approx([1e-3, 1e-3, 1e-3 / 3, 2e-3 / 3, 1e-3 / 3, 2e-3 / 3])
+    assert [e["learning_rate"] for e in logs] == pytest.approx([1e-3] * 6)  # the schedule itself is untouched
+    assert "pacs/lr_factor" not in logs[0] and logs[2]["pacs/lr_factor"] == pytest.approx(1 / 3)
+    # steps 1-2 are the same run; step 3 starts from the same weights and batch, and Adam's first step (and AdamW's
+    # decay) is linear in the learning rate: the re-warmed update is a third of the plain one
+    assert warm.norms[:2] == pytest.approx(plain.norms[:2], rel=1e-6)
+    assert warm.norms[2] == pytest.approx(plain.norms[2] / 3, rel=1e-4)
+
+
+def test_resume_in_a_rewarmup_matches_the_uninterrupted_run(tiny_model_dir, tmp_path):
+    # reset before generations 2 and 3 (steps 3 and 5), K = 2: checkpoints inside both re-warmups
+    overrides = dict(
+        pacs_anchor="reference", pacs_reference_reset_generations=1, optim="adamw_torch", pacs_reset_warmup_steps=2
+    )
+    record = resume_runs(tiny_model_dir, str(tmp_path), (4, 1, 2, 1, 6), [3, 5], **overrides)
+    assert record["update_norm"] > 0
+    for k, run in record["resumed"].items():
+        assert run["relative_difference"] <= 1e-6, (k, run["relative_difference"])

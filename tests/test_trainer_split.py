@@ -101,7 +101,7 @@ def test_split_path_matches_whole_groups(tiny_model_dir, tmp_path, layout, score
         assert relative_gap(reference, split) < 1e-5, (P, GA, S)
         split_logs = [e for e in split[2].state.log_history if "pacs/psi_std" in e]
         # metrics over the step's whole groups (the whole-group path averages equal-sized micro-batches: same means)
-        for key in ("pacs/loss", "pacs/label_mean", "pacs/critic_accuracy", "pacs/psi_mean"):
+        for key in ("pacs/loss", "pacs/label_mean", "pacs/critic_brier", "pacs/psi_mean"):
             assert [e[key] for e in split_logs] == pytest.approx([e[key] for e in logs], rel=1e-4, abs=1e-5), key
 
 

@@ -113,6 +113,11 @@ class PACSConfig(GRPOConfig):
         pacs_reset_optimizer (`bool`, *optional*, defaults to `True`):
             At each reference reset, re-initialise the optimizer's states (Adam's moments and step count), as the
             paper does after ProRL; the learning-rate schedule goes on.
+        pacs_reset_warmup_steps (`int`, *optional*, defaults to `0`):
+            With `pacs_reset_optimizer`: the first K optimizer steps Adam takes after each reference reset run at
+            $\frac{1}{K+1}, \frac{2}{K+1}, \dots, \frac{K}{K+1}$ of the scheduled learning rate (a re-warmup: with
+            its moments zeroed, Adam's first step moves every parameter by about the full learning rate). Counted in
+            Adam's own steps, so a step the gradient guard skips does not advance it; 0 = no re-warmup (the paper).
         pacs_max_skipped_steps (`int`, *optional*, defaults to `5`):
             An optimizer step whose gradient norm is not finite is skipped (weights and optimizer states untouched,
             counted in `pacs/skipped_steps`, see `pacs.guards`); this many skipped in a row stop training with an
@@ -198,6 +203,14 @@ class PACSConfig(GRPOConfig):
             "count) at each reference reset, as the paper does (after ProRL); the learning-rate schedule goes on."
         },
     )
+    pacs_reset_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "With pacs_reset_optimizer: the first K optimizer steps after each reference reset run at 1/(K+1), "
+            "2/(K+1), ..., K/(K+1) of the scheduled learning rate (Adam's first step after its states are zeroed moves "
+            "every parameter by about the full learning rate); counted in Adam's steps. 0 = no re-warmup (the paper)."
+        },
+    )
     pacs_max_skipped_steps: int = field(
         default=5,
         metadata={
@@ -261,6 +274,18 @@ class PACSConfig(GRPOConfig):
             raise ValueError(
                 "pacs_reference_reset_generations must be an integer >= 0 (0 = never reset the reference policy; N = "
                 f"reset it after every N generations), got {self.pacs_reference_reset_generations!r}."
+            )
+        if not isinstance(self.pacs_reset_warmup_steps, int) or self.pacs_reset_warmup_steps < 0:
+            raise ValueError(
+                f"pacs_reset_warmup_steps must be an integer >= 0 (0: no re-warmup), got {self.pacs_reset_warmup_steps!r}."
+            )
+        if self.pacs_reset_warmup_steps and not (
+            self.pacs_anchor == "reference" and self.pacs_reference_reset_generations > 0 and self.pacs_reset_optimizer
+        ):
+            raise ValueError(
+                f"pacs_reset_warmup_steps={self.pacs_reset_warmup_steps} re-warms the optimizer after a reference reset, "
+                "and this run has none: it needs pacs_anchor='reference', pacs_reference_reset_generations > 0 and "
+                "pacs_reset_optimizer=True. Set those, or pacs_reset_warmup_steps=0."
             )
         transform = self.pacs_label_transform
         label_transforms(transform, 1 if isinstance(transform, str) else len(transform))  # names; counts: trainer

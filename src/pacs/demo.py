@@ -12,7 +12,7 @@ arithmetic problems from two seeds (see `pacs.tasks`); (3) greedy accuracy on th
 training reward);
 (4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, four per generation so that PACS's off-policy
 terms are used; (5) held-out accuracy again, on the same problems; (6) a table on stdout, `demo_metrics.json` and
-`demo.png` (reward per step, implicit-critic accuracy, accuracy before/after with 95% Wilson intervals). The change
+`demo.png` (reward per step, implicit critic's within-group ranking, accuracy before/after with 95% Wilson intervals). The change
 comes with a paired 95% interval (same problems before and after), which is what says whether the gain is real.
 
 `benchmarks/smollm_compare.py` runs this pipeline for PACS, GRPO and RLOO on several seeds (`train_and_evaluate`).
@@ -155,8 +155,8 @@ def _progress_callback(max_steps: int, name: str = "PACSTrainer"):
             logs = logs or {}
             if "reward" in logs:
                 self.postfix["reward"] = f"{logs['reward']:.2f}"
-            if logs.get("pacs/critic_accuracy") is not None:
-                self.postfix["critic_acc"] = f"{logs['pacs/critic_accuracy']:.2f}"
+            if logs.get("pacs/critic_ranking") is not None:
+                self.postfix["critic_rank"] = f"{logs['pacs/critic_ranking']:.2f}"
             self.bar.set_postfix(self.postfix, refresh=True)
 
         def on_train_end(self, args, state, control, **kwargs):
@@ -165,22 +165,14 @@ def _progress_callback(max_steps: int, name: str = "PACSTrainer"):
     return DemoProgressCallback()
 
 
-def _per_step(log_history: list[dict], key: str, off_policy_only: bool = False) -> list[list[float]]:
-    """`[[step, value], ...]` for every training log entry that has `key`.
-
-    Rewards exist only on steps that generated. `off_policy_only` keeps the other steps: there the policy has moved
-    since sampling, so psi != 0 and the implicit critic's accuracy means something (on the first step of a round
-    psi == 0 and "accuracy" is just the fraction of zero rewards).
-    """
-    return [
-        [entry["step"], entry[key]]
-        for entry in log_history
-        if entry.get(key) is not None and "step" in entry and not (off_policy_only and "reward" in entry)
-    ]
+def _per_step(log_history: list[dict], key: str) -> list[list[float]]:
+    """`[[step, value], ...]` for every training log entry that has `key` (rewards exist only on steps that generated,
+    the critic's ranking only on steps with a group holding both labels)."""
+    return [[entry["step"], entry[key]] for entry in log_history if entry.get(key) is not None and "step" in entry]
 
 
 def plot(metrics: dict, path: str | os.PathLike) -> None:
-    """Three panels: training reward per step, implicit-critic accuracy per step, held-out accuracy before/after."""
+    """Three panels: training reward per step, implicit critic's within-group ranking per step, held-out accuracy before/after."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,7 +181,7 @@ def plot(metrics: dict, path: str | os.PathLike) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, key, title in (
         (axes[0], "reward", "training reward (mean over completions)"),
-        (axes[1], "critic_accuracy", "implicit critic accuracy (off-policy steps)"),
+        (axes[1], "critic_ranking", "implicit critic: within-group ranking (0.5: none)"),
     ):
         points = metrics["per_step"][key]
         if points:
@@ -245,10 +237,10 @@ def format_table(metrics: dict) -> str:
     lines.append(
         f"{'change':<20}{change['change']:>+8.1%}{ci:>18}   paired: {change['fixed']} fixed, {change['broken']} broken"
     )
-    # Rewards come from the step that generated; the critic's accuracy from the off-policy steps that reuse it.
-    lines += ["", f"{'step':>6}{'reward':>9}{'critic acc':>12}"]
+    # Rewards come from the step that generated; the critic's within-group ranking from every step with a mixed group.
+    lines += ["", f"{'step':>6}{'reward':>9}{'critic rank':>12}"]
     reward = {int(step): value for step, value in metrics["per_step"]["reward"]}
-    critic = {int(step): value for step, value in metrics["per_step"]["critic_accuracy"]}
+    critic = {int(step): value for step, value in metrics["per_step"]["critic_ranking"]}
     for step in sorted(reward.keys() | critic.keys()):
         r, c = reward.get(step), critic.get(step)
         lines.append(f"{step:>6}{'' if r is None else f'{r:.3f}':>9}{'' if c is None else f'{c:.3f}':>12}")
@@ -455,7 +447,7 @@ def _result(args, algorithm: str, before: dict, after: dict, history: list[dict]
         "change": paired_change(before, after),
         "per_step": {
             "reward": _per_step(history, "reward"),
-            "critic_accuracy": _per_step(history, "pacs/critic_accuracy", off_policy_only=True),
+            "critic_ranking": _per_step(history, "pacs/critic_ranking"),
             "pacs_loss": _per_step(history, "pacs/loss"),
             "frac_mixed_groups": _per_step(history, "pacs/frac_mixed_groups"),
             "grad_norm": _per_step(history, "grad_norm"),

@@ -36,6 +36,7 @@ import os
 
 import torch
 from accelerate.utils import is_peft_model
+from transformers import TrainerCallback
 
 from ._grpo_terms import logps_without_grad, per_token_kl, token_mean
 
@@ -59,9 +60,7 @@ def reset_optimizer_states(optimizer) -> int:
     >>> reset_optimizer_states(opt), float(opt.state[p]["step"]), float(opt.state[p]["exp_avg"].abs().sum())
     (1, 0.0, 0.0)
     """
-    inner = optimizer
-    while hasattr(inner, "optimizer") and inner.optimizer is not inner:
-        inner = inner.optimizer
+    inner = _innermost(optimizer)
     count = 0
     for state in inner.state.values():
         for key, value in state.items():
@@ -71,6 +70,40 @@ def reset_optimizer_states(optimizer) -> int:
                 state[key] = type(value)(0)
         count += 1
     return count
+
+
+def _innermost(optimizer):
+    # through accelerate's and DeepSpeed's wrappers: the innermost `.optimizer` holds the states
+    while hasattr(optimizer, "optimizer") and optimizer.optimizer is not optimizer:
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def optimizer_step_count(optimizer) -> int | None:
+    """The number of steps the optimizer's states have taken (Adam's `step`, the largest over parameters; `None` when
+    it holds no step count yet). After `reset_optimizer_states`, the steps taken since the reset.
+
+    >>> p = torch.nn.Parameter(torch.ones(2)); opt = torch.optim.AdamW([p]); optimizer_step_count(opt) is None
+    True
+    >>> p.grad = torch.ones(2); opt.step(); opt.step(); optimizer_step_count(opt)
+    2
+    """
+    inner = _innermost(optimizer)
+    counts = [state["step"] for state in inner.state.values() if "step" in state]
+    counts += [group["step"] for group in inner.param_groups if "step" in group]  # optimizers that count per group
+    return int(max(float(c) for c in counts)) if counts else None
+
+
+def rewarmup_factor(steps_since_reset: int | None, warmup_steps: int) -> float:
+    """The factor on the scheduled learning rate for the next optimizer step, `steps_since_reset` steps after a reset:
+    (k+1)/(K+1) for the first K steps, then 1.
+
+    >>> [rewarmup_factor(k, 3) for k in range(5)], rewarmup_factor(None, 3), rewarmup_factor(0, 0)
+    ([0.25, 0.5, 0.75, 1.0, 1.0], 1.0, 1.0)
+    """
+    if steps_since_reset is None or steps_since_reset >= warmup_steps:
+        return 1.0
+    return (steps_since_reset + 1) / (warmup_steps + 1)
 
 
 @contextlib.contextmanager
@@ -103,6 +136,9 @@ class ReferenceAnchor:
         self.every = trainer.args.pacs_reference_reset_generations
         self.generations = 0  # training generations scored so far
         self.resets = 0
+        self.at_policy = False  # pi_ref == the policy at the current generation's start: psi == 0 on its first step
+        self.warmup = trainer.args.pacs_reset_warmup_steps
+        self._lrs: tuple[list[float], list[float]] | None = None  # (scheduled, written) learning rates, re-warmup
         model = trainer.model
         self.peft = is_peft_model(model)
         self.shared = False  # pi_ref is TRL's KL reference model
@@ -173,7 +209,9 @@ class ReferenceAnchor:
     # the schedule ---------------------------------------------------------------------------------------------
     def before_generation(self) -> None:
         """Called before each training generation: resets pi_ref when the schedule says so."""
-        if self.every > 0 and self.generations > 0 and self.generations % self.every == 0:
+        reset = self.every > 0 and self.generations > 0 and self.generations % self.every == 0
+        self.at_policy = reset or self.generations == 0
+        if reset:
             self.reset()
 
     def reset(self) -> None:
@@ -187,11 +225,37 @@ class ReferenceAnchor:
         if trainer.args.pacs_reset_optimizer and trainer.optimizer is not None:
             reset_optimizer_states(trainer.optimizer)
         self.resets += 1
+        self.apply_rewarmup()  # this step is Adam's first since the reset
         if trainer.accelerator.is_main_process:
             logger.info(
                 "PACS: reference policy reset to the current policy before generation %d (reset %d)%s.",
                 self.generations + 1, self.resets, ", optimizer states re-initialised" if trainer.args.pacs_reset_optimizer else "",
             )  # fmt: skip
+
+    def apply_rewarmup(self) -> None:
+        """Set the learning rate of the optimizer step about to be taken to the scheduled one times `rewarmup_factor`
+        (`pacs_reset_warmup_steps`); called at each optimizer step's start and right after a reset.
+
+        The scheduled rate is the scheduler's own (`get_last_lr()`: transformers' schedulers and DeepSpeed's compute
+        it from their step count, so the factor never compounds); without a scheduler, a rate that still equals what
+        this method wrote is replaced by the rate it came from. A resumed run restores the scheduler and Adam's step
+        count from the checkpoint, so it re-warms exactly as the uninterrupted run.
+        """
+        optimizer, scheduler = self.trainer.optimizer, self.trainer.lr_scheduler
+        if not self.warmup or self.resets == 0 or optimizer is None:
+            return
+        groups = optimizer.param_groups
+        current = [group["lr"] for group in groups]
+        if hasattr(scheduler, "get_last_lr") and len(scheduler.get_last_lr()) == len(groups):
+            scheduled = [float(lr) for lr in scheduler.get_last_lr()]
+        else:
+            scheduled = self._lrs[0] if self._lrs is not None and self._lrs[1] == current else current
+        factor = rewarmup_factor(optimizer_step_count(optimizer), self.warmup)
+        written = [lr * factor for lr in scheduled]
+        for group, lr in zip(groups, written, strict=True):
+            group["lr"] = lr
+        self._lrs = (scheduled, written)
+        self.trainer._metrics["train"]["pacs/lr_factor"].append(factor)
 
     def after_generation(self, output: dict) -> dict:
         """Adds pi_ref's per-token log-probabilities of the generation batch (`LOGPS_KEY`) to `output`."""
@@ -269,6 +333,17 @@ class ReferenceAnchor:
         copy_parameters([(named[key], value) for key, value in weights.items()])
 
 
+class _RewarmupCallback(TrainerCallback):
+    """`ReferenceAnchor.apply_rewarmup` at the start of every optimizer step (before its micro-batches, so that under
+    DeepSpeed, whose engine steps inside the last micro-batch's backward, the step sees the rate too)."""
+
+    def __init__(self, anchor: ReferenceAnchor):
+        self.anchor = anchor
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.anchor.apply_rewarmup()
+
+
 class AnchorHooks:
     """`PACSTrainer`'s hooks for the reward proxy's anchor (`pacs_anchor`), a mixin listed before `CheckpointHooks`.
 
@@ -286,6 +361,13 @@ class AnchorHooks:
     def _init_reference_anchor(self) -> None:
         if self.args.pacs_anchor == "reference":
             self._pacs_reference = ReferenceAnchor(self)
+            if self.args.pacs_reset_warmup_steps:
+                self.add_callback(_RewarmupCallback(self._pacs_reference))
+
+    def _anchor_at_policy(self) -> bool:
+        """pi_ref equalled the policy when the current generation started (the first generation, or one after a
+        reset): psi == 0 on its first optimizer step by construction."""
+        return self._pacs_reference is not None and self._pacs_reference.at_policy
 
     def _anchor_logps(self, inputs) -> torch.Tensor | None:
         """The log-probs `(B, T)` the reward proxy r compares the policy with; `None`: on-policy, r detaches."""
@@ -325,4 +407,6 @@ class AnchorHooks:
             self._pacs_reference.load(checkpoint)
 
 
-__all__ = ["LOGPS_KEY", "AnchorHooks", "ReferenceAnchor", "reset_optimizer_states"]
+__all__ = [
+    "LOGPS_KEY", "AnchorHooks", "ReferenceAnchor", "optimizer_step_count", "reset_optimizer_states", "rewarmup_factor"
+]  # fmt: skip

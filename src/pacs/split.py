@@ -21,6 +21,7 @@ import math
 import torch
 
 from ._grpo_terms import MULTIMODAL_KEYS, logps_without_grad, loss_mask
+from .critic import first_step_of_generation
 from .loss import compute_reward_proxy, pacs_coefficients
 
 
@@ -126,10 +127,8 @@ def step_batches(trainer, inputs: dict) -> tuple[list[dict], bool] | None:
     step = trainer._step
     if step % GA != 0 and "pacs_coef" in inputs:  # set at the step's first micro-batch
         return None
-    start = step - step % GA  # first micro-batch of this optimizer step
-    first = start % S
-    on_policy = start % (S * trainer.num_iterations) < GA
-    return trainer._buffered_inputs[first : first + GA], on_policy
+    first = (step - step % GA) % S  # this optimizer step's first micro-batch in the buffer
+    return trainer._buffered_inputs[first : first + GA], first_step_of_generation(step, GA, S, trainer.num_iterations)
 
 
 def _reward_proxy_without_grad(trainer, batch: dict, mask: torch.Tensor, on_policy: bool) -> torch.Tensor:
@@ -188,4 +187,4 @@ def attach_step_coefficients(trainer, batches: list[dict], on_policy: bool) -> N
     for batch in batches:
         batch["pacs_coef"] = by_index[batch["pacs_index"]]  # (B,)
         batch["pacs_step_loss"] = loss.detach()  # ()
-    trainer._log_pacs_metrics("train", loss, stats, step["labels"])
+    trainer._log_pacs_metrics("train", loss, stats, step["labels"], fresh=on_policy, whole_step=True)

@@ -43,6 +43,7 @@ from .checks import (
     validated_reward_func,
 )
 from .config import PACSConfig
+from .critic import CriticTally, critic_metrics, first_step_of_generation, ranking_sums
 from .guards import NonFiniteGradientGuard
 from .labels import reward_to_label
 from .loss import compute_reward_proxy, pacs_loss
@@ -52,43 +53,6 @@ from .vllm_sync import install_lora_push, log_sampling_gap
 
 
 check_trl()
-
-
-def critic_metrics(
-    psi: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, rewards: torch.Tensor, num_generations: int
-) -> dict[str, float]:
-    """The implicit critic's metrics over whole groups (all `(B,)`; valid completions are those with `weights > 0`).
-
-    >>> m = critic_metrics(torch.tensor([2.0, -2.0]), torch.tensor([1.0, 0.0]), torch.ones(2), torch.ones(2), 2)
-    >>> m["pacs/critic_accuracy"], m["pacs/majority_accuracy"], m["pacs/frac_mixed_groups"]
-    (1.0, 0.5, 1.0)
-    """
-    valid = weights > 0  # (B,)
-    w = valid.to(psi.dtype)
-    labels, rewards = labels.to(psi.dtype), rewards.to(psi.dtype)
-    probs = torch.sigmoid(psi)
-    count = w.sum().clamp(min=1.0)
-
-    def valid_mean(x: torch.Tensor) -> float:
-        return ((x * w).sum() / count).item()
-
-    psi_mean = valid_mean(psi)
-    positive = valid_mean((labels > 0.5).to(psi.dtype))  # share of positive labels
-    groups_valid = w.view(-1, num_generations).sum(-1)  # (groups,)
-    groups_pos = (labels * w).view(-1, num_generations).sum(-1)  # (groups,)
-    margin = (probs - 0.5).abs()[valid]
-    return {
-        "pacs/psi_mean": psi_mean,
-        "pacs/psi_std": valid_mean((psi - psi_mean) ** 2) ** 0.5,
-        "pacs/critic_accuracy": valid_mean(((probs > 0.5) == (labels > 0.5)).to(psi.dtype)),
-        "pacs/critic_brier": valid_mean((probs - labels) ** 2),
-        "pacs/critic_margin": margin.float().quantile(0.5).item() if margin.numel() else 0.0,
-        "pacs/critic_close_frac": valid_mean(((labels - probs).abs() < 0.1).to(psi.dtype)),
-        "pacs/majority_accuracy": max(positive, 1.0 - positive),
-        "pacs/label_mean": valid_mean(labels),
-        "pacs/proxy_abs_mean": valid_mean(rewards.abs()),
-        "pacs/frac_mixed_groups": ((groups_pos > 0) & (groups_pos < groups_valid)).float().mean().item(),
-    }
 
 
 class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
@@ -163,6 +127,7 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
+        self._critic_tally = CriticTally()  # the within-group ranking, pooled over an optimizer step
         self._init_reference_anchor()  # pacs_anchor="reference": pi_ref and its resets (`pacs.reference`)
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
 
@@ -296,7 +261,12 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
         )
         gather = self.accelerator.gather
         gathered = {key: gather(stats[key]) for key in ("psi", "weights", "rewards")}
-        self._log_pacs_metrics("train", gather(loss.detach()).mean(), gathered, gather(inputs["pacs_labels"]))
+        args = self.args  # this micro-batch's step: the first after a generation? (the split path's rule)
+        fresh = first_step_of_generation(
+            self._step, self.current_gradient_accumulation_steps, args.steps_per_generation, self.num_iterations
+        )
+        labels = gather(inputs["pacs_labels"])
+        self._log_pacs_metrics("train", gather(loss.detach()).mean(), gathered, labels, fresh)
         return loss
 
     def _split_loss(self, per_token_logps, inputs, mask) -> torch.Tensor:
@@ -336,15 +306,21 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
             sample_weight = sample_weight * is_ratio.reshape(is_ratio.size(0), -1)[:, 0].to(dtype)
         return sample_weight
 
-    def _log_pacs_metrics(self, mode: str, loss, stats: dict[str, torch.Tensor], labels: torch.Tensor) -> None:
-        """Log the step's PACS loss and `critic_metrics`; `stats` (`psi`, `weights`, `rewards`) and `labels` are the
-        whole groups gathered over processes."""
+    def _log_pacs_metrics(self, mode, loss, stats: dict, labels: torch.Tensor, fresh: bool, whole_step=False) -> None:
+        """Log the PACS loss and `critic_metrics` of a micro-batch (`whole_step`: of an optimizer step); `stats`
+        (`psi`, `weights`, `rewards`) and `labels` are whole groups gathered over processes. The within-group ranking
+        pools the step's micro-batches (`pacs.critic`); `fresh`: the step is a generation's first."""
         metrics = self._metrics[mode]
         metrics["pacs/loss"].append(float(loss))
         for key, value in critic_metrics(
             stats["psi"], labels, stats["weights"], stats["rewards"], self.num_generations
         ).items():
             metrics[key].append(value)
+        self._critic_tally.add(ranking_sums(stats["psi"], labels, stats["weights"] > 0, self.num_generations))
+        if whole_step or self.accelerator.sync_gradients:  # the step's last micro-batch
+            fresh = fresh and not self._anchor_at_policy()  # psi == 0 there by construction: nothing to measure
+            for key, value in self._critic_tally.flush(fresh).items():
+                metrics[key].append(value)
 
 
 __all__ = ["PACSTrainer", "critic_metrics", "exchange_order", "shuffle_groups", "split_layout"]

@@ -69,7 +69,7 @@ def _check_run(trainer, seen, generations: int, importance_sampling: bool) -> No
     all_labels = [label for labels, _ in seen for label in labels]
     assert 0 < sum(all_labels) < len(all_labels), "the run should see both labels"
     pacs_keys = {k for e in trainer.state.log_history for k in e if k.startswith("pacs/")}
-    assert {"pacs/loss", "pacs/psi_std", "pacs/critic_accuracy"} <= pacs_keys
+    assert {"pacs/loss", "pacs/psi_std", "pacs/critic_brier"} <= pacs_keys
     for key in pacs_keys:
         assert all(math.isfinite(v) for v in _logs(trainer, key)), key
     is_logged = _logs(trainer, "pacs/is_ratio_mean")
