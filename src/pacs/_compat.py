@@ -8,6 +8,10 @@ Each piece says when it can go:
 - `group_shuffle` / `shuffle_groups`: `GRPOTrainer._prepare_inputs` shuffles the generation batch row by row through
   the module global `shuffle_sequence_dict`; PACS swaps in a group-preserving twin while the parent method runs.
   Remove when TRL shuffles by whole groups itself (or exposes the shuffle as a method to override).
+- `prefer_activation_checkpointing`: transformers 5 renamed `gradient_checkpointing(_kwargs)` to
+  `activation_checkpointing(_kwargs)` and warns (FutureWarning) whenever only the old name carries a value, which
+  `GRPOConfig`'s default `gradient_checkpointing=True` always does. Remove when TRL's `GRPOConfig` sets the new name
+  itself (or pacs requires a transformers with it and the recipes use it).
 - `no_router_logits`: mixture-of-experts generation with `output_router_logits=True` fails in transformers'
   `load_balancing_loss_func` on cached decoding steps. Remove when generation no longer computes the load-balancing
   loss (transformers skips it under `use_cache`/`generate`, or TRL turns it off while generating).
@@ -26,7 +30,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 from trl.trainer import grpo_trainer as _grpo_module
 
 
-__all__ = ["check_trl", "group_shuffle", "no_router_logits", "shuffle_groups"]
+__all__ = ["check_trl", "group_shuffle", "no_router_logits", "prefer_activation_checkpointing", "shuffle_groups"]
 
 _TRL_RANGE = (Version("1.15"), Version("2"))
 _OVERRIDDEN = (
@@ -40,6 +44,19 @@ _OVERRIDDEN = (
 )
 _USED = ("_get_per_token_logps_and_entropies",)
 _VLLM_REPLACED = ("_iter_named_params",)  # the LoRA push without drift (`pacs.vllm_sync.iter_merged_params`)
+
+
+def prefer_activation_checkpointing(args) -> None:
+    """Move `gradient_checkpointing(_kwargs)` to `activation_checkpointing(_kwargs)` where the installed transformers
+    has the new names, before `TrainingArguments.__post_init__` (which then mirrors the value back to the old name, so
+    code reading either sees it). Called by `PACSConfig.__post_init__`; a no-op on older transformers."""
+    for old, new in (
+        ("gradient_checkpointing", "activation_checkpointing"),
+        ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+    ):
+        if hasattr(args, new) and getattr(args, new) is None and getattr(args, old) is not None:
+            setattr(args, new, getattr(args, old))
+            setattr(args, old, None)
 
 
 def check_trl() -> None:

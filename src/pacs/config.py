@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ._compat import prefer_activation_checkpointing
 from .labels import label_transforms
 from .loss import CLASS_WEIGHTS, REWARD_PROXIES, SCORES
 
@@ -239,6 +240,7 @@ class PACSConfig(GRPOConfig):
         self._validate_pacs()
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = DEFAULT_OPTIMIZER_STEPS_PER_GENERATION * self.gradient_accumulation_steps
+        prefer_activation_checkpointing(self)  # GRPOConfig's default would warn in transformers 5 (_compat)
         super().__post_init__()
         self._validate_step_batch()
         self._warn_on_policy()
