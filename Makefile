@@ -50,7 +50,8 @@ test-vllm: vllm-env
 # The GPU check (benchmarks/gpu_check.py, benchmarks/README.md#the-gpu-check) runs on an air-gapped H200 whose image has
 # Python 3.12, torch 2.11, transformers 5.17.0 and accelerate 1.15.0 but no trl, datasets, math-verify or deepspeed,
 # and no registry. `make gpu-bundle` puts into .gpu-bundle/ the Python 3.12 wheels of what the check needs beyond that
-# image (deepspeed built here with DS_BUILD_OPS=0, pacs itself), plus requirements.txt naming what to install; it must
+# image (deepspeed built here with DS_BUILD_OPS=0, pacs itself: the distribution trl-pacs, whose wheel file names
+# normalize to trl_pacs-*.whl), plus requirements.txt naming what to install; it must
 # stay under 48 MiB so that it and the working tree fit the 64 MiB carried. Two versions of datasets and fsspec: pip
 # falls back to datasets 5.0 (pyarrow >= 21) if the image's pyarrow is older than 24 (pyarrow itself is 52 MiB).
 GPU_BUNDLE ?= .gpu-bundle
@@ -64,7 +65,7 @@ GPU_WHEEL_TARGET := --python-version 3.12 --implementation cp --only-binary=:all
 	--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
 
 gpu-bundle:
-	@set -e; mkdir -p $(GPU_BUNDLE); rm -f $(GPU_BUNDLE)/pacs-*.whl; \
+	@set -e; mkdir -p $(GPU_BUNDLE); rm -f $(GPU_BUNDLE)/trl_pacs-*.whl $(GPU_BUNDLE)/pacs-*.whl; \
 	for req in $(GPU_BUNDLE_WHEELS); do $(PYTHON) -m pip download -q $(GPU_WHEEL_TARGET) -d $(GPU_BUNDLE) "$$req"; done; \
 	if [ ! -f $(GPU_BUNDLE)/deepspeed-$(DEEPSPEED_VERSION)-py3-none-any.whl ]; then \
 	  $(PYTHON) -m pip download -q --no-deps --no-binary=:all: -d $(GPU_BUNDLE)/.sdist deepspeed==$(DEEPSPEED_VERSION); \
@@ -72,7 +73,7 @@ gpu-bundle:
 	    $(GPU_BUNDLE)/.sdist/deepspeed-$(DEEPSPEED_VERSION).tar.gz; rm -rf $(GPU_BUNDLE)/.sdist; fi; \
 	$(PYTHON) -m pip wheel -q --no-deps --no-build-isolation -w $(GPU_BUNDLE) .; \
 	printf '%s\n' trl==1.16.0 datasets math-verify deepspeed==$(DEEPSPEED_VERSION) \
-	  "pacs==$$($(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')" \
+	  "trl-pacs==$$($(PYTHON) -c 'import tomllib; print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])')" \
 	  > $(GPU_BUNDLE)/requirements.txt; \
 	ls -l $(GPU_BUNDLE); \
 	kib=$$(du -sk $(GPU_BUNDLE) | cut -f1); echo "$(GPU_BUNDLE): $$kib KiB (limit $(GPU_BUNDLE_MAX_MIB) MiB)"; \

@@ -36,8 +36,9 @@ site=${GPU_INSTALL_TARGET:-}  # set: install into that folder (on PYTHONPATH) in
 if [ -z "$site" ]; then
   pip_install -r "$BUNDLE/requirements.txt" 2>&1 | tee "$RESULTS/install.log"
   install_rc=${PIPESTATUS[0]}
-  # pacs from the bundle even when the same version is installed already (a warm machine, an earlier run)
-  [ "$install_rc" = 0 ] && pip_install -q --no-deps --force-reinstall "$(grep '^pacs==' "$BUNDLE/requirements.txt")" \
+  # pacs (the distribution trl-pacs) from the bundle even when the same version is installed already (a warm
+  # machine, an earlier run)
+  [ "$install_rc" = 0 ] && pip_install -q --no-deps --force-reinstall "$(grep '^trl-pacs==' "$BUNDLE/requirements.txt")" \
     2>&1 | tee -a "$RESULTS/install.log"
   if [ "$install_rc" != 0 ] && grep -qiE "permission denied|read-only file system" "$RESULTS/install.log"; then
     site=/tmp/gpu-site  # the image's site-packages cannot be written: the fallback below

@@ -2,8 +2,9 @@
 
 - Every ```python block in docs/*.md compiles and its imports resolve; the blocks marked `<!-- docs-test: run -->`
   run in full, on CPU, against the tiny model (hub ids swapped for it, `PACSConfig` forced to CPU and one short step).
-- Every command line that runs `examples/train_qwen.py` (in the docs, the script's docstring and the YAML headers)
-  names files that exist and arguments the script knows.
+- Every command line that trains (`pacs train`, `python -m pacs.train`, the shim `examples/train_qwen.py`; in the
+  docs, the modules' docstrings and the shipped YAML headers) names recipes and files that exist and arguments that
+  `pacs train` knows (training arguments or launch keys).
 - `pacs_trainer.md` documents every `PACSConfig` field and every `pacs/` metric the trainer logs; its quick start
   stays within 15 lines; relative links between pages resolve; `make demo` and `make test` exist.
 """
@@ -45,10 +46,15 @@ def blocks(lang: str) -> list:
 
 
 def command_lines() -> list[str]:
-    """Shell commands from the docs' bash blocks, the script's docstring and the YAML files' headers, one per line."""
+    """Shell commands from the docs' bash blocks, the training entry points' docstrings and the shipped YAML files'
+    headers, one per line."""
     texts = [code for _, code in (p.values for p in blocks("bash"))]
-    texts.append(ast.get_docstring(ast.parse((ROOT / "examples" / "train_qwen.py").read_text())))
-    for path in (ROOT / "examples").rglob("*.yaml"):
+    for script in (ROOT / "examples" / "train_qwen.py", ROOT / "src" / "pacs" / "train.py"):
+        texts.append(ast.get_docstring(ast.parse(script.read_text())))
+    for path in [
+        *(ROOT / "src" / "pacs" / "recipes").glob("*.yaml"),
+        *(ROOT / "src" / "pacs" / "accelerate_configs").glob("*.yaml"),
+    ]:
         texts.append("\n".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#")))
     lines = []
     for text in texts:
@@ -91,26 +97,34 @@ def test_quick_start_fits_in_15_lines():
     assert len([line for line in code.splitlines() if line.strip()]) <= 15
 
 
-def test_train_qwen_command_lines_use_known_files_and_arguments():
-    import importlib.util
+TRAIN_COMMAND = re.compile(r"(?:pacs train|-m pacs\.train|examples/train_qwen\.py) (.*)")
 
-    spec = importlib.util.spec_from_file_location("train_qwen", ROOT / "examples" / "train_qwen.py")
-    train_qwen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_qwen)
-    known = set()
+
+def test_training_command_lines_use_known_recipes_files_and_arguments():
+    from pacs import train
+    from pacs.recipes import resolve_accelerate_config, resolve_recipe
+
+    known = train.launch_options()
     for algorithm in ("pacs", "grpo"):
-        known |= set(train_qwen.make_parser(algorithm)._option_string_actions)
+        known |= set(train.make_parser(algorithm)._option_string_actions)
 
-    commands = [line for line in command_lines() if "examples/train_qwen.py" in line]
+    commands = [match[1] for line in command_lines() if (match := TRAIN_COMMAND.search(line))]
     assert len(commands) >= 10
     for line in command_lines():
-        for path in re.findall(r"examples/[\w/.-]+\.(?:py|yaml)", line):
+        for path in re.findall(
+            r"(?:examples|src/pacs/recipes|src/pacs/accelerate_configs)/[\w/.-]+\.(?:py|yaml)", line
+        ):
             assert (ROOT / path).exists(), f"{path} in `{line}` does not exist"
-    for line in commands:
-        tokens = shlex.split(line.split("examples/train_qwen.py", 1)[1].split("'")[0], comments=True)
+    for command in commands:
+        tokens = shlex.split(command.split("'")[0], comments=True)
         flags = [token.split("=")[0] for token in tokens if token.startswith("--")]
         unknown = [flag for flag in flags if flag not in known and flag != "--config"]
-        assert not unknown, f"unknown arguments {unknown} in `{line}`"
+        assert not unknown, f"unknown arguments {unknown} in `{command}`"
+        values = dict(zip(tokens, tokens[1:]))
+        if not values.get("--config", "<").startswith("<"):  # `<recipe>` is a placeholder
+            resolve_recipe(values["--config"])
+        if "--accelerate_config" in values and not values["--accelerate_config"].startswith("my_"):
+            resolve_accelerate_config(values["--accelerate_config"])
 
 
 def test_pacs_trainer_page_documents_every_field_and_metric():

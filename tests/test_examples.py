@@ -1,8 +1,8 @@
-"""`examples/`: the training script end to end on the tiny CPU recipe (python, LoRA, ZeRO-3 under accelerate, resume),
-the GPU recipes' batch arithmetic against the paper's setting, and the accelerate launch configs."""
+"""`pacs train` (`pacs.train`) and its shim `examples/train_qwen.py`: end to end on the tiny CPU recipe (`pacs train`,
+the shim with LoRA, ZeRO-3 launched by `pacs train` from an `accelerate_config`, resume), the shipped GPU recipes'
+batch arithmetic against the paper's setting, the shipped accelerate launch configs, and the recipe reader's errors."""
 
 import dataclasses
-import importlib.util
 import json
 import logging
 import os
@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from pacs.plan import batch_arithmetic, check_training_plan
+from pacs.recipes import ACCELERATE_CONFIGS_DIR as ACCELERATE_CONFIGS
+from pacs.recipes import RECIPES_DIR as RECIPES
+
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "train_qwen.py"
-RECIPES = ROOT / "examples" / "recipes"
-ACCELERATE_CONFIGS = ROOT / "examples" / "accelerate_configs"
 TINY_RECIPE = RECIPES / "tiny_cpu.yaml"
 
 GPU_RECIPES = [
@@ -36,11 +38,10 @@ PAPER_PROMPTS_PER_GENERATION, PAPER_NUM_GENERATIONS, PAPER_PROMPTS_PER_STEP = 10
 
 @pytest.fixture(scope="module")
 def train_qwen():
-    """`examples/train_qwen.py` imported as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("train_qwen", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """`pacs.train`, which `pacs train` and the shim `examples/train_qwen.py` run."""
+    import pacs.train
+
+    return pacs.train
 
 
 def parse_recipe(train_qwen, recipe: Path, *overrides: str):
@@ -58,9 +59,10 @@ def run(cmd: list[str], timeout: float = 400) -> subprocess.CompletedProcess:
     return result
 
 
-def tiny_args(model_dir: str, output_dir: Path, *overrides: str) -> list[str]:
-    config = ["--config", str(TINY_RECIPE), "--model_name_or_path", model_dir, "--output_dir", str(output_dir)]
-    return [str(SCRIPT), *config, *overrides]
+def tiny_args(model_dir: str, output_dir: Path, *overrides: str, command=("-m", "pacs", "train")) -> list[str]:
+    """`pacs train --config tiny_cpu ...` (by name, as a user types it); `command=(SCRIPT,)` runs the shim."""
+    config = ["--config", "tiny_cpu", "--model_name_or_path", model_dir, "--output_dir", str(output_dir)]
+    return [*command, *config, *overrides]
 
 
 def free_port() -> int:
@@ -84,7 +86,7 @@ def test_recipe_batch_arithmetic(train_qwen, recipe):
     nodes, world_size = map(int, header.groups())
     assert world_size == 8 * nodes == script_args.expected_world_size
 
-    arithmetic = train_qwen.batch_arithmetic(args, world_size)
+    arithmetic = batch_arithmetic(args, world_size)
     assert arithmetic["completions_per_generation"] == PAPER_PROMPTS_PER_GENERATION * PAPER_NUM_GENERATIONS == 8192
     assert arithmetic["prompts_per_generation"] == PAPER_PROMPTS_PER_GENERATION
     assert arithmetic["completions_per_optimizer_step"] == PAPER_PROMPTS_PER_STEP * PAPER_NUM_GENERATIONS
@@ -102,7 +104,7 @@ def test_single_gpu_lora_recipe_splits_groups_over_micro_batches(train_qwen):
     assert script_args.expected_world_size == 1 and model_args.use_peft
     assert model_args.model_name_or_path == "Qwen/Qwen3-8B"
     assert args.per_device_train_batch_size in (1, 2) and args.num_generations == 8
-    arithmetic = train_qwen.batch_arithmetic(args, 1)
+    arithmetic = batch_arithmetic(args, 1)
     assert arithmetic["optimizer_steps_per_generation"] == 4  # the paper's ratio
     assert arithmetic["completions_per_generation"] == 4 * arithmetic["completions_per_optimizer_step"]
     assert args.max_completion_length == 8192 and args.gradient_checkpointing
@@ -155,6 +157,7 @@ def test_grpo_recipe_differs_from_pacs_only_in_the_loss(train_qwen):
     pacs_only = {"pacs_beta", "pacs_reward_proxy", "pacs_score", "pacs_class_weight"}
     pacs_only |= {"pacs_label_transform", "pacs_label_temperature", "pacs_label_offset"}
     pacs_only |= {"pacs_anchor", "pacs_reference_reset_generations", "pacs_reset_optimizer", "pacs_max_skipped_steps"}
+    pacs_only |= {"pacs_reset_warmup_steps"}
     assert set(pacs_args) - set(grpo_args) == pacs_only
     differing = {k for k in grpo_args if pacs_args[k] != grpo_args[k]}
     # the loss, and what the authors' two verl actors do differently around it: GRPO's dual clip (delta) and
@@ -189,13 +192,47 @@ def test_lora_recipe(train_qwen):
     assert set(peft_config.target_modules) == {f"{name}_proj" for name in ("q", "k", "v", "o", "gate", "up", "down")}
 
 
-def test_world_size_mismatch_warns_with_the_rescaling(train_qwen, caplog):
-    script_args, args, _ = parse_recipe(train_qwen, RECIPES / "qwen3_4b_pacs.yaml")
+def test_world_size_mismatch_is_refused_with_the_rescaling(train_qwen):
+    script_args, args, model_args = parse_recipe(train_qwen, RECIPES / "qwen3_4b_pacs.yaml")
     assert args.world_size == 1 and script_args.expected_world_size == 8
-    with caplog.at_level(logging.WARNING, logger="train_qwen"):
-        train_qwen.check_world_size(script_args, args)
     # 8192 completions per generation and 2048 per optimizer step on 1 process
-    assert "--gradient_accumulation_steps 256 --steps_per_generation 1024 --expected_world_size 1" in caplog.text
+    with pytest.raises(ValueError, match=r"--gradient_accumulation_steps 256 --steps_per_generation 1024 "):
+        check_training_plan(script_args, args, model_args)
+
+
+def test_recipes_and_accelerate_configs_by_name_or_path(train_qwen, tmp_path, monkeypatch):
+    from pacs.recipes import resolve_accelerate_config, resolve_recipe
+
+    assert resolve_recipe("qwen3_4b_pacs") == resolve_recipe("qwen3_4b_pacs.yaml") == RECIPES / "qwen3_4b_pacs.yaml"
+    assert resolve_accelerate_config("zero3") == ACCELERATE_CONFIGS / "zero3.yaml"
+    with pytest.raises(FileNotFoundError, match="Did you mean qwen3_4b_pacs"):
+        resolve_recipe("qwen3_4b_pac")
+    with pytest.raises(FileNotFoundError, match="Did you mean zero3"):
+        resolve_accelerate_config("zero_3")
+    # the recipe's accelerate_config key is a launch key, read aside: the command line's wins
+    recipe = train_qwen.read_recipe(["--config", "qwen3_4b_pacs", "--use_cpu", "true"])
+    assert recipe.accelerate_config == ACCELERATE_CONFIGS / "zero3.yaml" and recipe.launch_args == []
+    recipe = train_qwen.read_recipe(
+        ["--config", "qwen3_4b_pacs", "--use_cpu", "true", "--accelerate_config", "zero2", "--num_processes", "4"]
+    )
+    assert recipe.accelerate_config == ACCELERATE_CONFIGS / "zero2.yaml"
+    assert recipe.launch_args == ["--num_processes", "4"]
+    assert "--num_processes" not in recipe.train_argv and "--accelerate_config" not in recipe.train_argv
+    # a path that exists wins over a name
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "qwen3_4b_pacs").write_text((RECIPES / "tiny_cpu.yaml").read_text())
+    assert resolve_recipe("qwen3_4b_pacs") == Path("qwen3_4b_pacs")
+
+
+def test_unknown_keys_name_the_closest_valid_ones(train_qwen, tmp_path):
+    with pytest.raises(ValueError, match=r"--lerning_rate \(on the command line\): did you mean learning_rate"):
+        train_qwen.read_recipe(["--config", "tiny_cpu", "--lerning_rate", "1e-5"])
+    recipe = tmp_path / "typo.yaml"
+    recipe.write_text((RECIPES / "tiny_cpu.yaml").read_text() + "num_generation: 4\naccelerate_confg: zero3\n")
+    with pytest.raises(ValueError, match=r"--num_generation \(in the recipe\): did you mean num_generations") as error:
+        train_qwen.read_recipe(["--config", str(recipe)])
+    assert "did you mean accelerate_config" in str(error.value)
+    assert "fail_with_unknown_args" not in str(error.value)
 
 
 def test_script_requires_a_model_and_an_eval_benchmark(train_qwen, tiny_model_dir):
@@ -274,7 +311,7 @@ def test_max_prompt_tokens_drops_long_prompts_counted_with_the_chat_template(tra
     content_only = [len(tokenizer(row["prompt"][-1]["content"])["input_ids"]) for row in dataset]
     assert lengths == sorted(lengths) and all(a > b for a, b in zip(lengths, content_only))
     limit = (lengths[4] + lengths[5]) // 2  # rows 0-4 fit, 5-7 do not
-    with caplog.at_level(logging.INFO, logger="train_qwen"):
+    with caplog.at_level(logging.INFO, logger="pacs.train"):
         kept = train_qwen.drop_long_prompts(dataset, tokenizer, limit)
     assert kept["solution"] == ["0", "2", "4", "6", "8"]
     assert f"max_prompt_tokens={limit}: dropped 3 of 8 training prompts" in caplog.text
@@ -313,7 +350,7 @@ def test_max_prompt_tokens_is_applied_before_training(train_qwen, tiny_model_dir
         train_qwen, TINY_RECIPE, "--dataset_name", str(path), "--max_prompt_tokens", "200", "--eval_strategy", "no"
     )
     model_args.model_name_or_path = tiny_model_dir
-    with caplog.at_level(logging.INFO, logger="train_qwen"), pytest.raises(StopBeforeTraining):
+    with caplog.at_level(logging.INFO, logger="pacs.train"), pytest.raises(StopBeforeTraining):
         train_qwen.main(script_args, args, model_args)
     assert len(seen["train_dataset"]) == 3 and "dropped 3 of 6 training prompts" in caplog.text
 
@@ -325,7 +362,7 @@ def test_accelerate_configs(name):
     path = ACCELERATE_CONFIGS / f"{name}.yaml"
     config = load_config_from_file(str(path))
     assert config.mixed_precision == "bf16" and not config.use_cpu
-    assert f"accelerate launch --config_file examples/accelerate_configs/{name}.yaml" in path.read_text()
+    assert "pacs train --config" in path.read_text()  # the command that uses it
     expected_stage = {"ddp": None, "zero2": 2}.get(name, 3)
     assert config.deepspeed_config.get("zero_stage") == expected_stage
     assert config.num_processes == 8 * config.num_machines
@@ -334,7 +371,7 @@ def test_accelerate_configs(name):
 def test_every_example_starts_with_its_command():
     for path in [SCRIPT, *RECIPES.glob("*.yaml"), *ACCELERATE_CONFIGS.glob("*.yaml")]:
         head = path.read_text()[:2500]
-        assert re.search(r"(accelerate launch|python) .*examples/", head), f"{path.name} must open with its command"
+        assert re.search(r"(accelerate launch|python|pacs train) .*(examples/|--config)", head), path.name
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -351,7 +388,7 @@ def test_tiny_recipe_runs_then_resumes(tiny_model_dir, tmp_path):
     state = json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["global_step"] == 2
     logged = {key for entry in state["log_history"] for key in entry}
-    assert {"pacs/loss", "pacs/psi_mean", "pacs/critic_accuracy", "eval_reward"} <= logged
+    assert {"pacs/loss", "pacs/psi_mean", "pacs/critic_brier", "eval_reward"} <= logged
 
     # 2. a save of step 3 killed half-way through the weights (no trainer_state.json, no completion marker)
     shutil.copytree(output_dir / "checkpoint-2", output_dir / "checkpoint-3")
@@ -371,10 +408,11 @@ def test_tiny_recipe_runs_then_resumes(tiny_model_dir, tmp_path):
     assert steps == [1, 2, 3, 4]  # steps 1-2 come from the checkpoint, not from a rerun
 
 
-def test_tiny_recipe_with_lora(tiny_model_dir, tmp_path):
+def test_tiny_recipe_with_lora_through_the_shim(tiny_model_dir, tmp_path):
     output_dir = tmp_path / "lora"
     run([sys.executable, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "2", "--eval_strategy", "no",
-                                    "--use_peft", "--lora_r", "8", "--lora_target_modules", "q_proj", "v_proj")])  # fmt: skip
+                                    "--use_peft", "--lora_r", "8", "--lora_target_modules", "q_proj", "v_proj",
+                                    command=(str(SCRIPT),))])  # fmt: skip
     adapter = json.loads((output_dir / "adapter_config.json").read_text())
     assert adapter["r"] == 8 and set(adapter["target_modules"]) == {"q_proj", "v_proj"}
     assert not (output_dir / "model.safetensors").exists()  # the adapter only
@@ -384,11 +422,11 @@ def test_tiny_recipe_with_lora(tiny_model_dir, tmp_path):
 def test_tiny_recipe_under_accelerate_zero3(tiny_model_dir, tmp_path):
     pytest.importorskip("deepspeed")
     output_dir = tmp_path / "zero3"
-    # the shipped GPU config, overridden for 2 CPU processes without bf16 (the recipe sets use_cpu)
-    launcher = ["-m", "accelerate.commands.launch", "--config_file", str(ACCELERATE_CONFIGS / "zero3.yaml"),
-                "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port())]  # fmt: skip
-    result = run([sys.executable, *launcher, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "2",
-                                                        "--eval_strategy", "no", "--expected_world_size", "2")])  # fmt: skip
-    assert "DEEPSPEED zero_stage=3" in result.stdout
-    assert "'world_size': 2, 'completions_per_generation': 16" in result.stdout
+    # `pacs train` launches accelerate itself: the shipped GPU config by name, overridden for 2 CPU processes without
+    # bf16 (the recipe sets use_cpu)
+    launch = ["--accelerate_config", "zero3", "--num_processes", "2", "--mixed_precision", "no",
+              "--main_process_port", str(free_port())]  # fmt: skip
+    result = run([sys.executable, *tiny_args(tiny_model_dir, output_dir, "--max_steps", "2", "--eval_strategy", "no",
+                                             "--expected_world_size", "2", *launch)])  # fmt: skip
+    assert "2 process(es), DeepSpeed ZeRO-3: 16 completions per generation" in result.stderr
     assert (output_dir / "model.safetensors").exists()  # gathered from the shards (zero3_save_16bit_model)

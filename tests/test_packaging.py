@@ -1,18 +1,103 @@
-"""pyproject.toml against what it promises: the `vllm` extra stays inside the vLLM range that the installed TRL
-supports (`trl.import_utils.is_vllm_available`), so `pip install pacs[vllm]` never resolves to a vLLM TRL warns about."""
+"""pyproject.toml against what it promises: the distribution is `trl-pacs` (`pacs` on PyPI is an unrelated project
+owning the same import name) and every install hint, error message and bundle glob says so; the recipes and
+accelerate configs are package data; the `vllm` extra stays inside the vLLM range that the installed TRL supports
+(`trl.import_utils.is_vllm_available`), so `pip install 'trl-pacs[vllm]'` never resolves to a vLLM TRL warns about."""
 
+import importlib.metadata
 import inspect
 import re
+import shlex
 from pathlib import Path
 
 import pytest
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 
 tomllib = pytest.importorskip("tomllib")
 
 ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+DISTRIBUTION = PYPROJECT["project"]["name"]
+PIP_INSTALL = re.compile(r"pip install ([^`\n]*)")
+
+
+def install_hints() -> list[tuple[str, str]]:
+    """(file, what follows `pip install`) for every install hint in the README, the docs and the package's source."""
+    files = [
+        ROOT / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "src").rglob("*.py"),
+        *(ROOT / "examples").rglob("*.py"),
+    ]
+    return [(str(path.relative_to(ROOT)), m[1]) for path in files for m in PIP_INSTALL.finditer(path.read_text())]
+
+
+def requirement_names(arguments: str) -> list[str]:
+    """The distribution names a `pip install` line asks for (options, paths, `.[extras]` and shell left out)."""
+    try:
+        tokens = shlex.split(arguments.split("#")[0].split(")")[0])
+    except ValueError:  # an unbalanced quote in prose: the words as they are
+        tokens = arguments.split()
+    names = []
+    for token in tokens:
+        if token.startswith(("-", ".", "/", "$")) or token.endswith((".whl", ".txt")):
+            continue
+        try:
+            names.append(canonicalize_name(Requirement(token.strip("'\".,;")).name))
+        except InvalidRequirement:
+            continue
+    return names
+
+
+def test_the_distribution_is_ours_and_every_install_hint_names_it():
+    # `pacs` on PyPI is "Declarative Arch Linux Config in Python"; both would own the import name `pacs`
+    assert DISTRIBUTION == "trl-pacs" and PYPROJECT["project"]["scripts"] == {"pacs": "pacs.cli:main"}
+    hints = install_hints()
+    assert any(DISTRIBUTION in names for _, names in ((f, requirement_names(a)) for f, a in hints))
+    wrong = [(f, a) for f, a in hints if "pacs" in requirement_names(a)]
+    assert not wrong, f"install hints naming the unrelated `pacs` distribution instead of {DISTRIBUTION}: {wrong}"
+    assert requirement_names("-q 'trl-pacs[eval]' torch==2.13.0 -e .[dev]") == ["trl-pacs", "torch"]
+    assert requirement_names("pacs[vllm]") == requirement_names("'pacs'.") == ["pacs"]
+
+
+def test_the_gpu_bundle_ships_and_pins_this_distribution():
+    wheel_prefix = canonicalize_name(DISTRIBUTION).replace("-", "_") + "-"  # wheel file names: trl_pacs-0.1.0-...
+    makefile = (ROOT / "Makefile").read_text()
+    gpu_run = (ROOT / "benchmarks" / "gpu_run.sh").read_text()
+    assert f"$(GPU_BUNDLE)/{wheel_prefix}*.whl" in makefile
+    assert f'"{DISTRIBUTION}==$$(' in makefile and f"'^{DISTRIBUTION}=='" in gpu_run
+    assert "'^pacs=='" not in gpu_run and '"pacs==' not in makefile
+
+
+def test_the_installed_metadata_is_this_distributions():
+    import pacs
+
+    try:
+        version = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{DISTRIBUTION} is not installed (running from the source tree)")
+    assert version == pacs.__version__ == PYPROJECT["project"]["version"]
+    assert "pacs" in (importlib.metadata.distribution(DISTRIBUTION).read_text("top_level.txt") or "pacs").split()
+
+
+def test_recipes_and_accelerate_configs_are_package_data():
+    """Every shipped YAML file matches a package-data glob, so a wheel carries it (one copy: none left in examples/)."""
+    from fnmatch import fnmatch
+
+    data = PYPROJECT["tool"]["setuptools"]["package-data"]
+    src = ROOT / "src"
+    shipped = [*(src / "pacs" / "recipes").glob("*.yaml"), *(src / "pacs" / "accelerate_configs").glob("*.yaml")]
+    assert len(shipped) >= 10
+    for path in shipped:
+        covered = False
+        for package, globs in data.items():
+            package_dir = src / package.replace(".", "/")
+            if package_dir in path.parents:
+                covered |= any(fnmatch(str(path.relative_to(package_dir)), g) for g in globs)
+        assert covered, f"{path.relative_to(ROOT)} is not package data: add it to [tool.setuptools.package-data]"
+    assert not list((ROOT / "examples").rglob("*.yaml")), "the recipes and configs live in src/pacs/ only"
 
 
 def _trl_vllm_range() -> tuple[Version, Version]:
@@ -30,11 +115,11 @@ def test_vllm_extra_matches_trl_supported_range():
     assert requirement.name == "vllm"
     low, high = _trl_vllm_range()
     spec = requirement.specifier
-    assert low in spec and high in spec, f"pacs[vllm] ({spec}) must admit TRL's range {low}..{high}"
+    assert low in spec and high in spec, f"{DISTRIBUTION}[vllm] ({spec}) must admit TRL's range {low}..{high}"
     below = Version(f"{low.major}.{low.minor - 1}.0") if low.minor else Version(f"{low.major - 1}.99.0")
     above = [Version(f"{high.major}.{high.minor}.{high.micro + 1}"), Version(f"{high.major}.{high.minor + 1}.0")]
     outside = [v for v in [below, *above] if v in spec]
-    assert not outside, f"pacs[vllm] ({spec}) admits {outside}, outside TRL's supported range {low}..{high}"
+    assert not outside, f"{DISTRIBUTION}[vllm] ({spec}) admits {outside}, outside TRL's supported range {low}..{high}"
 
 
 def test_one_room_per_concern_sizes():

@@ -1,9 +1,10 @@
 """`pacs plan`: every shipped GPU recipe passes on the hardware it documents; the launches that cannot work are refused
 with the setting to change (a vLLM engine that cannot start, bf16 weights that cannot learn, a vLLM share below the
-weights, a data-parallel vLLM server on a dense model); the model shapes it uses are exact; offline and deterministic;
-`examples/train_qwen.py` runs the same checks before any model loads."""
+weights, a data-parallel vLLM server on a dense model, a world size the recipe's batch was not written for); the model
+shapes it uses are exact; offline and deterministic; recipes by name with the accelerate config they name; `pacs train`
+runs the same checks before any model loads."""
 
-import importlib.util
+import dataclasses
 import re
 import shlex
 from pathlib import Path
@@ -13,11 +14,11 @@ import pytest
 from pacs import plan as pacs_plan
 from pacs.cli import main as cli_main
 from pacs.plan import Launch, model_shape, plan_recipe
+from pacs.recipes import ACCELERATE_CONFIGS_DIR as ACCELERATE
+from pacs.recipes import RECIPES_DIR as RECIPES
 
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ROOT / "examples" / "recipes"
-ACCELERATE = ROOT / "examples" / "accelerate_configs"
 DOCS_RECIPES = ROOT / "docs" / "recipes.md"
 GPU_RECIPES = sorted(p.name for p in RECIPES.glob("qwen3_*.yaml"))
 
@@ -27,20 +28,9 @@ def offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def documented_launch(recipe: str) -> tuple[str | None, int]:
-    """The accelerate config and process count of the command the recipe's header shows."""
-    head = (RECIPES / recipe).read_text()[:3000]
-    config = re.search(r"accelerate launch (?:--config_file (\S+))?", head)
-    assert config, f"{recipe} must open with its launch command"
-    processes = re.search(r"--num_processes (\d+)", head)
-    return config[1], int(processes[1]) if processes else None
-
-
 def plan_of(recipe: str, *overrides: str, **kwargs):
-    config, processes = documented_launch(recipe)
-    kwargs.setdefault("accelerate_config", str(ROOT / config) if config else None)
-    kwargs.setdefault("num_processes", processes)
-    return plan_recipe(str(RECIPES / recipe), overrides=list(overrides), **kwargs)
+    """The plan of a shipped recipe, launched with the accelerate config it names (unless `accelerate_config=`)."""
+    return plan_recipe(recipe.removesuffix(".yaml"), overrides=list(overrides), **kwargs)
 
 
 def settings(plan, level="error"):
@@ -109,14 +99,15 @@ def test_shipped_recipe_passes_on_its_documented_hardware(recipe):
     plan = plan_of(recipe)
     assert not plan.errors, plan.render()
     text = plan.render()
-    # the documented hardware is the recipe's own
-    config, processes = documented_launch(recipe)
+    # the documented hardware is the recipe's own: its accelerate config (one process needs none), its GPU memory
     import yaml
 
     recipe_yaml = yaml.safe_load((RECIPES / recipe).read_text())
+    if recipe_yaml["expected_world_size"] > 1:
+        assert f"(accelerate config {recipe_yaml['accelerate_config']})" in text
+        assert f"pacs train --config {recipe.removesuffix('.yaml')}" in (RECIPES / recipe).read_text()
     assert recipe_yaml.get("expected_gpu_memory_gb"), f"{recipe} must state the GPU memory it assumes"
     assert f"{recipe_yaml['expected_gpu_memory_gb']:g} GiB per GPU" in text
-    assert "expected_world_size" not in settings(plan, "warning"), plan.render()
     # no risk left unaddressed: checkpoints bounded, memory not near the limit
     assert not {"save_total_limit", "per_device_train_batch_size"} & settings(plan, "warning"), plan.render()
     # and on a GPU that reports a little less than its nominal size (an 80 GB H100 reports 79.2 GiB)
@@ -146,11 +137,22 @@ def test_plan_prints_every_part():
         assert part in text, part
 
 
-def test_the_plan_printed_in_the_docs_is_the_current_one(capsys, monkeypatch):
-    monkeypatch.chdir(ROOT)
-    zero3 = "examples/accelerate_configs/zero3.yaml"
-    assert cli_main(["plan", "--config", "examples/recipes/qwen3_4b_pacs.yaml", "--accelerate-config", zero3]) == 0
+def test_the_plan_printed_in_the_docs_is_the_current_one(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # the shipped recipe by name, from anywhere
+    assert cli_main(["plan", "--config", "qwen3_4b_pacs"]) == 0
     assert capsys.readouterr().out.strip() in DOCS_RECIPES.read_text(), "rerun the command and paste its output"
+
+
+def test_a_launch_on_another_world_size_is_refused_naming_the_fix(capsys):
+    assert cli_main(["plan", "--config", "qwen3_4b_pacs", "--num-processes", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR [expected_world_size] the recipe assumes 8 processes, this launch has 1" in out
+    assert "--gradient_accumulation_steps 256 --steps_per_generation 1024 --expected_world_size 1" in out
+    # `pacs train`'s launch keys work on `pacs plan`'s command line too
+    assert cli_main(["plan", "--config", "qwen3_4b_pacs", "--num_processes", "1"]) == 1
+    assert "ERROR [expected_world_size]" in capsys.readouterr().out
+    assert cli_main(["plan", "--config", "qwen3_4b_pacs", "--accelerate_config", "zero3_multinode"]) == 1
+    assert "this launch has 16" in capsys.readouterr().out
 
 
 def test_plan_is_deterministic_and_offline():
@@ -257,10 +259,12 @@ def test_risks_are_warnings():
 
 
 def test_cli_exit_codes_and_overrides(capsys):
-    recipe = str(RECIPES / "qwen3_4b_pacs.yaml")
+    recipe = str(RECIPES / "qwen3_4b_pacs.yaml")  # by path
     zero3 = str(ACCELERATE / "zero3.yaml")
     assert cli_main(["plan", "--config", recipe, "--accelerate-config", zero3]) == 0
     assert "Problems:" in capsys.readouterr().out
+    assert cli_main(["plan", "--config", recipe, "--accelerate-config", "zero3"]) == 0  # by name
+    assert "(accelerate config zero3)" in capsys.readouterr().out
     # an override on the recipe, as on train_qwen.py's command line
     code = cli_main(["plan", "--config", recipe, "--num-processes", "1", "--steps_per_generation", "1024",
                      "--gradient_accumulation_steps", "256"])  # fmt: skip
@@ -271,10 +275,9 @@ def test_cli_exit_codes_and_overrides(capsys):
 
 @pytest.fixture(scope="module")
 def train_qwen():
-    spec = importlib.util.spec_from_file_location("train_qwen_plan", ROOT / "examples" / "train_qwen.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import pacs.train
+
+    return pacs.train
 
 
 def test_train_script_stops_before_the_model_loads(train_qwen, tiny_model_dir, monkeypatch):
@@ -309,6 +312,9 @@ def test_runtime_check_reads_the_run(train_qwen, tiny_model_dir, monkeypatch):
 def test_launch_from_accelerate_configs():
     zero3 = pacs_plan.read_accelerate_config(ACCELERATE / "zero3_multinode.yaml")
     assert (zero3.world_size, zero3.num_machines, zero3.zero_stage) == (16, 2, 3)
+    assert pacs_plan.read_accelerate_config("zero3_multinode") == dataclasses.replace(
+        zero3, source="accelerate config zero3_multinode"
+    )
     ddp = pacs_plan.read_accelerate_config(ACCELERATE / "ddp.yaml")
     assert ddp.zero_stage is None and not ddp.deepspeed and isinstance(ddp, Launch)
 
@@ -325,37 +331,24 @@ def bash_blocks(path: Path) -> list[tuple[str, str]]:
 
 
 def launches(code: str):
-    """(accelerate config, processes, machines, recipe, overrides, vllm-serve options) of each GPU-recipe launch."""
+    """(recipe, overrides and launch keys, vllm-serve options) of each `pacs train` launch of a GPU recipe."""
     serve = re.search(r"trl vllm-serve (.*?)(?:&|$)", code, re.M)
+    code = code.replace("$((8 * SLURM_NNODES))", "16").replace("$SLURM_NNODES", "2")  # the SLURM job's 2 nodes
     for line in code.splitlines():
-        match = re.search(r"examples/train_qwen\.py --config (examples/recipes/qwen3_\S+\.yaml)(.*)", line)
-        if not match:
-            continue
-        head = line[: match.start()]
-        config = re.search(r"--config_file (\S+)", head)
-        processes = re.search(r"--num_processes (\d+)\b", head)
-        machines = re.search(r"--num_machines (\d+)\b", head)
-        yield (
-            str(ROOT / config[1]) if config else None,
-            int(processes[1]) if processes else (None if "accelerate launch" in head else 1),
-            int(machines[1]) if machines else None,
-            match[1],
-            shlex.split(match[2].split("'")[0], comments=True),
-            serve[1].strip() if serve else None,
-        )
+        match = re.search(r"pacs train --config (qwen3_\S+)(.*)", line)
+        if match:
+            yield match[1], shlex.split(match[2].split("'")[0], comments=True), serve[1].strip() if serve else None
 
 
 def test_every_recipe_launch_in_the_docs_passes_its_plan():
     checked = 0
     for marker, code in bash_blocks(DOCS_RECIPES):
-        for config, processes, machines, recipe, overrides, serve in launches(code):
+        for recipe, overrides, serve in launches(code):
             plan = plan_recipe(
-                str(ROOT / recipe), overrides=overrides, accelerate_config=config, num_processes=processes,
-                num_machines=machines, vllm_serve=serve,
+                recipe, overrides=overrides, vllm_serve=serve,
                 gpu_memory_gb=float(marker.split("--gpu-memory-gb ")[1].split()[0]) if "--gpu-memory-gb" in marker else None,
             )  # fmt: skip
             assert not plan.errors, f"`{code.strip()}`:\n{plan.render()}"
-            assert "expected_world_size" not in settings(plan, "warning"), f"`{code.strip()}`:\n{plan.render()}"
             checked += 1
     assert checked >= 8
 

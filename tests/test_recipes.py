@@ -1,19 +1,18 @@
-"""The paper recipes (`examples/recipes/qwen3_*.yaml`) carry the authors' verl settings where TRL's defaults differ:
+"""The paper recipes (`pacs/recipes/qwen3_*.yaml`, shipped in the package) carry the authors' verl settings where TRL's defaults differ:
 no vLLM importance-sampling correction, the PACS actor's missing gradient clip, and for the GRPO baseline verl's dual
 clip and the gradient scale of its loss aggregation. Each recipe builds its config without an on-policy warning."""
 
 import dataclasses
 import logging
-from pathlib import Path
 
 import pytest
 import yaml
 from trl import GRPOConfig
 
 from pacs import PACSConfig
+from pacs.recipes import RECIPES_DIR as RECIPES
 
 
-RECIPES = Path(__file__).resolve().parents[1] / "examples" / "recipes"
 PACS_RECIPES = ["qwen3_4b_pacs.yaml", "qwen3_8b_pacs.yaml", "qwen3_8b_pacs_lora.yaml", "qwen3_8b_pacs_lora_1gpu.yaml"]
 GRPO_RECIPES = ["qwen3_4b_grpo.yaml", "qwen3_8b_grpo.yaml"]
 # the revised paper's Table 4: rollout steps per model; 4 optimizer steps per rollout (1024 prompts, mini-batch 256)
@@ -26,7 +25,7 @@ def load(name: str) -> dict:
 
 
 def build(name: str, config_class):
-    fields = {f.name for f in dataclasses.fields(config_class)}
+    fields = {f.name for f in dataclasses.fields(config_class)}  # (the launch key accelerate_config is not one)
     return config_class(**{**{k: v for k, v in load(name).items() if k in fields}, **CPU})
 
 
@@ -80,6 +79,9 @@ def test_recipes_carry_the_revised_papers_settings(name):
         assert "docs/pacs_trainer.md#reference-anchor" in text
     else:
         assert not any(key.startswith("pacs_") for key in recipe)
+    # the launch it is written for: 1 node -> zero3 (zero2 for LoRA), 2 nodes -> zero3_multinode, 1 GPU -> none
+    expected = {1: None, 8: "zero2" if "lora" in name else "zero3", 16: "zero3_multinode"}
+    assert recipe.get("accelerate_config") == expected[recipe["expected_world_size"]]
 
 
 @pytest.mark.parametrize("name", GRPO_RECIPES)

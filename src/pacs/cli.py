@@ -1,10 +1,10 @@
-"""The `pacs` command line: `pacs eval ...`, `pacs demo ...`, `pacs plan ...` (like `trl grpo`, one script with
-subcommands).
+"""The `pacs` command line: `pacs train ...`, `pacs plan ...`, `pacs recipes`, `pacs eval ...`, `pacs demo ...` (like
+`trl grpo`, one script with subcommands); `python -m pacs` is the same.
 
 Each subcommand lives in its own module, which exposes `add_parser(subparsers)` and registers a `func` that takes
 the parsed `argparse.Namespace`; heavy imports happen inside `func`, so `pacs --help` stays fast. A subcommand that
-sets `accepts_overrides=True` receives the arguments it does not know as `overrides` (`pacs plan` passes them on to
-the recipe, as on train_qwen.py's command line); any other subcommand refuses them.
+sets `accepts_overrides=True` receives the arguments it does not know as `overrides` (`pacs train` and `pacs plan`
+read them with the recipe, `pacs.train.read_recipe`); any other subcommand refuses them.
 """
 
 from __future__ import annotations
@@ -19,14 +19,34 @@ def build_parser() -> argparse.ArgumentParser:
     from .demo import add_parser as add_demo_parser
     from .eval.cli import add_parser as add_eval_parser
     from .plan import add_parser as add_plan_parser
+    from .recipes import add_parser as add_recipes_parser
 
     parser = argparse.ArgumentParser(prog="pacs", description="PACS for RLVR on TRL.")
     parser.add_argument("--version", action="version", version=f"pacs {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="{eval,demo,plan}")
+    subparsers = parser.add_subparsers(dest="command", metavar="{train,plan,recipes,eval,demo}")
+    _add_train_parser(subparsers)
+    add_plan_parser(subparsers)
+    add_recipes_parser(subparsers)
     add_eval_parser(subparsers)
     add_demo_parser(subparsers)
-    add_plan_parser(subparsers)
     return parser
+
+
+def _add_train_parser(subparsers) -> None:
+    """`pacs train`: registered here, so that `pacs --help` does not import TRL; `pacs.train` parses everything."""
+    parser = subparsers.add_parser(
+        "train",
+        add_help=False,  # `pacs train --help` is the recipe parser's: every training argument, from its dataclasses
+        allow_abbrev=False,
+        help="Train with PACS (or the GRPO baseline) from a recipe: `pacs train --config qwen3_4b_pacs`.",
+    )
+    parser.set_defaults(func=_run_train, accepts_overrides=True)
+
+
+def _run_train(args) -> int:
+    from .train import run
+
+    return run(args)
 
 
 def main(argv: list[str] | None = None) -> int:

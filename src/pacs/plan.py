@@ -1,13 +1,14 @@
 """`pacs plan`: what a recipe will ask of the GPUs, checked before a GPU is spent.
 
 `pacs plan --config RECIPE [--accelerate-config FILE] [--num-processes N] [--gpu-memory-gb G] [overrides ...]` reads
-the recipe with `examples/train_qwen.py`'s own parser, the accelerate config (DeepSpeed ZeRO stage, processes,
-machines) and the model's shape (its `config.json`, local; the Qwen3 family from a table; or from the hub when
+the recipe (a shipped one by name, or a path) with `pacs train`'s own reader (`pacs.train.read_recipe`: the same
+overrides and launch keys), the accelerate config the recipe names (its `accelerate_config` key; DeepSpeed ZeRO stage,
+processes, machines) unless told another, and the model's shape (its `config.json`, local; the Qwen3 family from a table; or from the hub when
 online), and prints the resolved plan: batch arithmetic, what TRL asks of vLLM, the KV cache against the generation
 batch, a per-GPU memory estimate, checkpoints on disk and the cost of one in-training evaluation. It reports every
 problem it finds, each naming the setting and a value that works, and exits non-zero on a failure.
 
-`examples/train_qwen.py` runs the same checks (`check_training_plan`) at start, before any model loads.
+`pacs train` runs the same checks (`check_training_plan`) at start, before any model loads.
 
 The memory and time figures are estimates (the constants are named below): they are meant to catch settings that
 cannot work, an order of magnitude off, not to replace a profiler. What is exact: the batch arithmetic, what TRL
@@ -249,10 +250,15 @@ class Launch:
 
 
 def read_accelerate_config(path: str | os.PathLike) -> Launch:
-    """Processes, machines and the DeepSpeed settings of an accelerate config file."""
+    """Processes, machines and the DeepSpeed settings of an accelerate config file (a path, or a shipped config's
+    name: `zero3`)."""
     import yaml
 
-    config = yaml.safe_load(Path(path).read_text()) or {}
+    from .recipes import ACCELERATE_CONFIGS_DIR, resolve_accelerate_config
+
+    path = resolve_accelerate_config(path)
+    shipped = path.resolve().parent == ACCELERATE_CONFIGS_DIR
+    config = yaml.safe_load(path.read_text()) or {}
     deepspeed = config.get("deepspeed_config") or {}
     is_deepspeed = config.get("distributed_type") == "DEEPSPEED"
     return Launch(
@@ -262,7 +268,7 @@ def read_accelerate_config(path: str | os.PathLike) -> Launch:
         offload_optimizer=deepspeed.get("offload_optimizer_device", "none") not in (None, "none"),
         offload_params=deepspeed.get("offload_param_device", "none") not in (None, "none"),
         mixed_precision=str(config.get("mixed_precision") or "no"),
-        source=str(path),
+        source=f"accelerate config {path.stem}" if shipped else str(path),
     )
 
 
@@ -376,7 +382,7 @@ def make_plan(
     vllm_serve: VllmServe | None = None,
 ) -> Plan:
     """The plan of one run: `script_args`, `args` (`PACSConfig` / `GRPOConfig`), `model_args` (TRL's `ModelConfig`)
-    as `examples/train_qwen.py` parses them, launched as `launch`, for a model of shape `shape` (None: unknown, the
+    as `pacs train` parses them, launched as `launch`, for a model of shape `shape` (None: unknown, the
     model-dependent parts are skipped)."""
     plan = Plan()
     GA, SPG = args.gradient_accumulation_steps, args.steps_per_generation
@@ -460,29 +466,54 @@ def _run_section(plan: Plan, script_args, model_args, launch: Launch, shape: Mod
         )
 
 
+def batch_arithmetic(args, world_size: int | None = None) -> dict[str, float]:
+    """TRL's batch arithmetic for `world_size` processes (defaults to the run's own, `args.world_size`).
+
+    A generation holds `per_device_train_batch_size * world_size * steps_per_generation` completions; an optimizer
+    step consumes `per_device_train_batch_size * world_size * gradient_accumulation_steps` of them; so each generation
+    feeds `steps_per_generation / gradient_accumulation_steps * num_iterations` optimizer steps.
+    """
+    world_size = world_size or args.world_size
+    completions_per_micro_step = args.per_device_train_batch_size * world_size
+    completions_per_generation = completions_per_micro_step * args.steps_per_generation
+    return {
+        "world_size": world_size,
+        "completions_per_generation": completions_per_generation,
+        "prompts_per_generation": completions_per_generation // args.num_generations,
+        "completions_per_optimizer_step": completions_per_micro_step * args.gradient_accumulation_steps,
+        "optimizer_steps_per_generation": args.steps_per_generation
+        * args.num_iterations
+        / args.gradient_accumulation_steps,
+    }
+
+
 def _world_size_check(plan: Plan, script_args, args, W: int) -> None:
-    """A launch on another world size than the recipe's changes its batch: say how to keep it."""
-    B, GA, SPG = args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation
+    """A launch on another world size than the recipe's changes its batch: refuse it, saying how to keep the batch
+    (the completions per generation and per optimizer step both scale as 1 / world size) or accept the new one."""
     expected = _get(script_args, "expected_world_size")
-    if expected is not None and expected != W:
-        ga, spg = expected * GA / W, expected * SPG / W
-        fix = (
-            f"--gradient_accumulation_steps {ga:g} --steps_per_generation {spg:g} --expected_world_size {W}"
-            if ga.is_integer() and spg.is_integer()
-            else "a per_device_train_batch_size that makes them integers"
-        )
-        plan.warning(
-            "expected_world_size",
-            f"the recipe assumes {expected} processes, this launch has {W}: a generation holds {B * W * SPG} "
-            f"completions instead of {B * expected * SPG}. To keep the recipe's batch: {fix}.",
-        )
+    if expected is None or expected == W:
+        return
+    intended, actual = batch_arithmetic(args, expected), batch_arithmetic(args, W)
+    ga, spg = expected * args.gradient_accumulation_steps / W, expected * args.steps_per_generation / W
+    keep = (
+        f"--gradient_accumulation_steps {ga:g} --steps_per_generation {spg:g} --expected_world_size {W}"
+        if ga.is_integer() and spg.is_integer()
+        else "a per_device_train_batch_size that makes gradient_accumulation_steps and steps_per_generation integers"
+    )
+    plan.error(
+        "expected_world_size",
+        f"the recipe assumes {expected} processes, this launch has {W}: a generation would hold "
+        f"{actual['completions_per_generation']} completions instead of {intended['completions_per_generation']}. "
+        f"Launch {expected} processes (the recipe's accelerate config, or --num_processes {expected}); or keep the "
+        f"recipe's batch on {W}: {keep}; or accept the smaller batch: --expected_world_size {W}.",
+    )
 
 
 def _batch_section(plan: Plan, args, W, steps_per_generation, prompt_tokens, prompt_source, seq_tokens) -> int:
     """TRL's batch arithmetic; returns the completions of one generation."""
     B, GA, SPG = args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation
     iterations, G, C = args.num_iterations, args.num_generations, args.max_completion_length or 0
-    completions_per_generation = B * W * SPG
+    completions_per_generation = batch_arithmetic(args, W)["completions_per_generation"]
     rows = plan.section("Batch (TRL's arithmetic)")
     rows += [
         ("world size", str(W)),
@@ -1014,25 +1045,6 @@ def _larger_eval_batch(shape, trainer, seq_tokens, completions, W, k, per_call) 
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def find_train_script() -> Path:
-    """`examples/train_qwen.py` of this checkout (the package is installed in editable mode) or of the current dir."""
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        script = root / "examples" / "train_qwen.py"
-        if script.is_file():
-            return script
-    raise FileNotFoundError("examples/train_qwen.py not found: run from the repository root or pass --script PATH.")
-
-
-def load_train_script(path: str | os.PathLike | None = None):
-    import importlib.util
-
-    path = Path(path) if path else find_train_script()
-    spec = importlib.util.spec_from_file_location("pacs_train_qwen", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def plan_recipe(
     config: str,
     overrides: list[str] | tuple[str, ...] = (),
@@ -1041,18 +1053,28 @@ def plan_recipe(
     num_machines: int | None = None,
     gpu_memory_gb: float | None = None,
     vllm_serve: str | None = None,
-    script: str | None = None,
 ) -> Plan:
-    """The plan of `config` (+ `overrides`, as on train_qwen.py's command line) launched with `accelerate_config`.
+    """The plan of `config` (a shipped recipe's name or a path; + `overrides`, as on `pacs train`'s command line)
+    launched with `accelerate_config`.
 
-    World size: `num_processes`, else the accelerate config's, else the recipe's `expected_world_size`, else 1. GPU
-    memory: `gpu_memory_gb`, else the recipe's `expected_gpu_memory_gb`.
+    Accelerate config: `accelerate_config`, else an `--accelerate_config` override, else the recipe's own
+    `accelerate_config` key. World size: `num_processes`, else a `--num_processes` override, else the accelerate
+    config's, else the recipe's `expected_world_size`, else 1. GPU memory: `gpu_memory_gb`, else the recipe's
+    `expected_gpu_memory_gb`.
     """
-    train_qwen = load_train_script(script)
-    script_args, args, model_args = train_qwen.parse_args(["--config", str(config), *overrides, "--use_cpu", "true"])
+    from .train import read_recipe
+
+    recipe = read_recipe(["--config", str(config), *overrides, "--use_cpu", "true"], prog="pacs plan")
+    script_args, args, model_args = recipe.script_args, recipe.training_args, recipe.model_args
+    accelerate_config = accelerate_config or recipe.accelerate_config
     launch = read_accelerate_config(accelerate_config) if accelerate_config else None
+    launched = (
+        _launch_option(recipe.launch_args, "--num_processes"),
+        _launch_option(recipe.launch_args, "--num_machines"),
+    )
     expected = _get(script_args, "expected_world_size")
-    world_size = num_processes or (launch.world_size if launch else None) or expected or 1
+    world_size = num_processes or launched[0] or (launch.world_size if launch else None) or expected or 1
+    num_machines = num_machines or launched[1]
     if launch is None:
         launch = Launch(world_size=world_size, source="no accelerate config: plain processes")
     launch = dataclasses.replace(
@@ -1070,9 +1092,18 @@ def plan_recipe(
     return make_plan(script_args, args, model_args, launch, shape, serve)
 
 
+def _launch_option(launch_args: list[str], name: str) -> int | None:
+    """The integer value of an `accelerate launch` option (`--num_processes 4` or `--num-processes=4`)."""
+    for i, arg in enumerate(launch_args):
+        key, _, value = arg.partition("=")
+        if key.lstrip("-").replace("-", "_") == name.lstrip("-") and (value or i + 1 < len(launch_args)):
+            return int(value or launch_args[i + 1])
+    return None
+
+
 def check_training_plan(script_args, args, model_args) -> Plan:
-    """The plan of the run being launched (`examples/train_qwen.py` calls it before any model loads): its own world
-    size and DeepSpeed plugin, and the memory of GPU 0. Raises `ValueError` listing every failure."""
+    """The plan of the run being launched (`pacs train` calls it before any model loads): its own world size and
+    DeepSpeed plugin, and the memory of GPU 0. Raises `ValueError` listing every failure."""
     import torch
 
     plugin = getattr(args, "deepspeed_plugin", None)
@@ -1103,8 +1134,7 @@ def check_training_plan(script_args, args, model_args) -> Plan:
         )
     if getattr(args, "process_index", 0) == 0:
         for finding in plan.warnings:
-            if finding.setting != "expected_world_size":  # check_world_size says it, with the rescaling
-                logger.warning("pacs plan: %s", finding)
+            logger.warning("pacs plan: %s", finding)
     if plan.errors:
         raise ValueError(
             "This run cannot work as configured (`pacs plan` on the same recipe prints the whole plan):\n"
@@ -1120,12 +1150,16 @@ def add_parser(subparsers) -> None:
         help="Check a training recipe against its hardware before launching it.",
         description=(
             "Print what a recipe asks of the GPUs (batch, vLLM, memory, checkpoints, evaluation) and every problem "
-            "found; exits 1 on a failure. Arguments it does not know are recipe overrides, as on train_qwen.py's "
-            "command line (e.g. --steps_per_generation 256)."
+            "found; exits 1 on a failure. Arguments it does not know are recipe overrides and launch keys, as on "
+            "`pacs train`'s command line (e.g. --steps_per_generation 256)."
         ),
     )
-    parser.add_argument("--config", required=True, help="The recipe (examples/recipes/*.yaml).")
-    parser.add_argument("--accelerate-config", help="The accelerate launch config (ZeRO stage, processes).")
+    parser.add_argument("--config", required=True, help="The recipe: a shipped one's name (`pacs recipes`) or a path.")
+    parser.add_argument(
+        "--accelerate-config",
+        help="The accelerate launch config (ZeRO stage, processes): a shipped one's name (zero3, ...) or a path; "
+        "defaults to the recipe's accelerate_config.",
+    )
     parser.add_argument("--num-processes", type=int, help="World size (defaults to the launch config's).")
     parser.add_argument("--num-machines", type=int, help="Machines (defaults to the launch config's).")
     parser.add_argument(
@@ -1134,7 +1168,6 @@ def add_parser(subparsers) -> None:
         help="Memory of one GPU, in GiB as the GPU reports it (defaults to the recipe's expected_gpu_memory_gb).",
     )
     parser.add_argument("--vllm-serve", help="The options of `trl vllm-serve` for vllm_mode server, in quotes.")
-    parser.add_argument("--script", help="The training script whose parser reads the recipe (examples/train_qwen.py).")
     parser.set_defaults(func=run, accepts_overrides=True)
 
 
@@ -1147,7 +1180,6 @@ def run(args) -> int:
         num_machines=args.num_machines,
         gpu_memory_gb=args.gpu_memory_gb,
         vllm_serve=args.vllm_serve,
-        script=args.script,
     )
     print(plan.render())  # the command's output
     return 1 if plan.errors else 0
