@@ -308,6 +308,29 @@ def test_the_grpo_baseline_does_not_train_past_a_finished_run(tiny_model_dir, tm
     assert _files(out) == before
 
 
+def test_pacs_train_on_a_finished_grpo_baseline_run_changes_nothing(tiny_model_dir, tmp_path, caplog):
+    # `pacs train --algorithm grpo`, in this process: resumed at max_steps it neither trains nor saves
+    import warnings
+
+    from pacs import train
+
+    out = tmp_path / "run"
+    argv = ["--config", "tiny_cpu", "--algorithm", "grpo", "--model_name_or_path", tiny_model_dir]
+    argv += ["--output_dir", str(out), "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "2"]
+    argv += ["--eval_strategy", "no", "--report_to", "none"]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        args = train.parse_args(argv)
+    assert not [w for w in record if "gradient_checkpointing" in str(w.message)]  # our recipe key warns no more
+    train.main(*args)
+    before = _files(out)
+    assert "model.safetensors" in before and "checkpoint-2/trainer_state.json" in before
+    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+        train.main(*train.parse_args([*argv, "--resume_from_checkpoint", "true"]))
+    assert "The run is finished" in caplog.text
+    assert _files(out) == before
+
+
 def test_rotation_keeps_the_newest_complete_checkpoint(tiny_model_dir, tmp_path):
     out = tmp_path / "out"
     dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(32)]})

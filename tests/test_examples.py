@@ -176,7 +176,8 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
     assert isinstance(args, PACSConfig)
     # the PACS recipe as the GRPO baseline: TRL's own config, the pacs_* settings dropped
     script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo")
-    assert script_args.algorithm == "grpo" and type(args) is GRPOConfig
+    assert script_args.algorithm == "grpo" and isinstance(args, GRPOConfig) and not isinstance(args, PACSConfig)
+    assert {f.name for f in dataclasses.fields(args)} == {f.name for f in dataclasses.fields(GRPOConfig)}
     with pytest.raises(ValueError, match="--not_an_argument"):
         parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo", "--not_an_argument", "1")
 

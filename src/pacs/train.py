@@ -47,7 +47,8 @@ from pathlib import Path
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 
 from pacs import PACSConfig, PACSTrainer
-from pacs.checkpoints import resolve_resume_checkpoint
+from pacs._compat import prefer_activation_checkpointing
+from pacs.checkpoints import train_unless_finished
 from pacs.checks import check_model_path, check_train_dataset
 from pacs.data import PROMPT_SUFFIX, SYSTEM_PROMPT, load_benchmark, load_train_dataset
 from pacs.plan import batch_arithmetic, check_training_plan
@@ -292,18 +293,17 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
     )
     _log_run(trainer, script_args.algorithm, len(train_dataset))
 
-    # 4. Train, resuming if asked (`--resume_from_checkpoint true`: the newest complete checkpoint in output_dir).
-    resume = training_args.resume_from_checkpoint  # PACSTrainer.train resolves it (pacs.checkpoints); GRPOTrainer not
-    if script_args.algorithm != "pacs":
-        resume = resolve_resume_checkpoint(resume, training_args.output_dir, trainer.accelerator.is_main_process)
-    trainer.train(resume_from_checkpoint=resume)
+    # 4. Train, resuming if asked (`--resume_from_checkpoint true`: the newest complete checkpoint in output_dir); a
+    #    run whose checkpoint is already at max_steps trains nothing and keeps its final model (pacs.checkpoints).
+    trained = train_unless_finished(trainer, training_args.resume_from_checkpoint)
 
     # 5. Save (LoRA: the adapter; ZeRO-3: the gathered 16-bit weights) and push like any TRL script.
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        logger.info("Model saved to %s", os.path.abspath(training_args.output_dir))
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+    if trained:
+        trainer.save_model(training_args.output_dir)
+        if trainer.accelerator.is_main_process:
+            logger.info("Model saved to %s", os.path.abspath(training_args.output_dir))
+        if training_args.push_to_hub:
+            trainer.push_to_hub(dataset_name=script_args.dataset_name)
     if hasattr(trainer, "end"):  # transformers >= 5.18: finish the trackers and destroy the process group
         trainer.end()
 
@@ -333,9 +333,19 @@ LAUNCH_KEY = "--accelerate_config"  # TRL's key (trl/cli/accelerate_config.py): 
 NOT_LAUNCH_OPTIONS = {"--module", "--no_python", "--no-python", "--help", "--config_file", "--config-file"}
 
 
+@dataclass
+class GRPOBaselineConfig(GRPOConfig):
+    """TRL's `GRPOConfig` for `--algorithm grpo`, unchanged except that `gradient_checkpointing` (its default and the
+    recipes' key) goes to transformers 5's `activation_checkpointing` before it warns (`pacs._compat`)."""
+
+    def __post_init__(self):
+        prefer_activation_checkpointing(self)
+        super().__post_init__()
+
+
 def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
     return TrlParser(
-        (ScriptArguments, PACSConfig if algorithm == "pacs" else GRPOConfig, ModelConfig),
+        (ScriptArguments, PACSConfig if algorithm == "pacs" else GRPOBaselineConfig, ModelConfig),
         prog=prog,
         epilog="Launch keys (recipe or command line): --accelerate_config NAME_OR_PATH (shipped: zero3, zero2, ddp, "
         "zero3_multinode, zero3_hostfile) and the options of `accelerate launch` (--num_processes, --num_machines, "
