@@ -52,3 +52,18 @@ def test_a_tiny_run_emits_no_deprecation_caused_by_pacs(tiny_model_dir, tmp_path
     # what may remain comes from TRL's own calls into transformers (e.g. `model.is_gradient_checkpointing` in
     # trl.models.utils under transformers 5), not from a pacs default
     assert ours == []
+
+
+def test_the_demo_configs_warn_about_nothing(tmp_path):
+    import argparse
+
+    from pacs.demo import ALGORITHMS, add_parser, trainer_config
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["demo"])
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        configs = [trainer_config(args, str(tmp_path), algorithm) for algorithm in ALGORITHMS]
+    assert _deprecations(record) == [], [str(w.message) for w in _deprecations(record)]
+    assert not any(c.gradient_checkpointing for c in configs)  # off at this size, under either name

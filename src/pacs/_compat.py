@@ -30,7 +30,14 @@ from trl.generation.vllm_generation import VLLMGeneration
 from trl.trainer import grpo_trainer as _grpo_module
 
 
-__all__ = ["check_trl", "group_shuffle", "no_router_logits", "prefer_activation_checkpointing", "shuffle_groups"]
+__all__ = [
+    "activation_checkpointing_field",
+    "check_trl",
+    "group_shuffle",
+    "no_router_logits",
+    "prefer_activation_checkpointing",
+    "shuffle_groups",
+]
 
 _TRL_RANGE = (Version("1.15"), Version("2"))
 _OVERRIDDEN = (
@@ -44,6 +51,18 @@ _OVERRIDDEN = (
 )
 _USED = ("_get_per_token_logps_and_entropies",)
 _VLLM_REPLACED = ("_iter_named_params",)  # the LoRA push without drift (`pacs.vllm_sync.iter_merged_params`)
+
+
+def activation_checkpointing_field() -> str:
+    """The `TrainingArguments` field that turns activation checkpointing on or off without a FutureWarning:
+    `"activation_checkpointing"` where the installed transformers has it, `"gradient_checkpointing"` before."""
+    from transformers import TrainingArguments
+
+    return (
+        "activation_checkpointing"
+        if hasattr(TrainingArguments, "activation_checkpointing")
+        else ("gradient_checkpointing")
+    )
 
 
 def prefer_activation_checkpointing(args) -> None:

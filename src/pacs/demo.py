@@ -357,6 +357,8 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
     """
     import torch
 
+    from ._compat import activation_checkpointing_field
+
     if algorithm not in ALGORITHMS:
         raise ValueError(f"Unknown algorithm {algorithm!r}; choose from {list(ALGORITHMS)}.")
     kwargs = dict(
@@ -376,7 +378,8 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,  # the demo's own bar, without the log dicts that TRL's bar prints
-        gradient_checkpointing=False,  # memory is no issue at this size; recomputing only costs time
+        # memory is no issue at this size; recomputing only costs time (under the name that does not warn)
+        **{activation_checkpointing_field(): False},
         seed=args.seed,
         data_seed=args.seed,
         use_cpu=not torch.cuda.is_available(),
