@@ -303,6 +303,9 @@ def _check_reset_run(record):
     assert logs[0]["pacs/psi_std"] <= 1e-6 and logs[2]["pacs/psi_std"] <= 1e-6
     assert logs[2]["pacs/reference_kl"] == pytest.approx(0.0, abs=1e-6)
     assert logs[3]["pacs/reference_kl"] > 0
+    # pi_ref == the policy at generations 1 and 2 (a reset): no fresh ranking; the pooled ranking is a share
+    assert "pacs/critic_ranking_fresh" not in logs[0] and "pacs/critic_ranking_fresh" not in logs[2]
+    assert all(0.0 <= e.get("pacs/critic_ranking", 0.5) <= 1.0 for e in logs)
 
 
 @pytest.mark.distributed
@@ -316,6 +319,9 @@ def test_two_cpu_processes(tiny_model_dir, tmp_path):
     assert [r["world_size"] for r in records] == [2, 2]
     for record in records:
         _check_reset_run(record)
+    # the critic's ranking pools both processes' groups: every rank logs the same value at every step
+    rankings = [[e.get("pacs/critic_ranking") for e in r["log_history"] if "pacs/loss" in e] for r in records]
+    assert rankings[0] == rankings[1] and any(v is not None for v in rankings[0])
 
 
 @pytest.mark.distributed
