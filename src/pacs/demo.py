@@ -87,17 +87,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--lora-r", type=int, default=16, help="LoRA rank (alpha = 2r, all attention and MLP projections)."
     )
-    parser.add_argument(
-        "--pacs-beta", type=float, default=1.0, help="Scale of the reward proxy (PACSConfig.pacs_beta)."
-    )
-    parser.add_argument(
-        "--pacs-anchor", default="rollout", choices=["rollout", "reference"],
-        help="Anchor of the reward proxy (PACSConfig.pacs_anchor).",
-    )  # fmt: skip
-    parser.add_argument(
-        "--pacs-reference-reset-generations", type=int, default=0,
-        help="With --pacs-anchor reference: reset pi_ref every N generations (0 = never).",
-    )  # fmt: skip
+    _add_pacs_arguments(parser)
     parser.add_argument("--temperature", type=float, default=0.8, help="Sampling temperature during training.")
     parser.add_argument(
         "--max-completion-length", type=int, default=32, help="Max new tokens, in training and evaluation."
@@ -106,6 +96,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--num-eval", type=int, default=DEFAULTS["num_eval"], help="Held-out problems drawn from the derived seed."
     )
+    parser.add_argument(
+        "--eval-seed", type=int, default=None,
+        help="Seed of the held-out problems; None derives it from --seed (a validation set: any other seed).",
+    )  # fmt: skip
     parser.add_argument(
         "--eval-batch-size", type=int, default=50, help="Prompts per greedy generation batch in evaluation."
     )
@@ -118,6 +112,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.set_defaults(func=run)
     return parser
+
+
+def _add_pacs_arguments(parser: argparse.ArgumentParser) -> None:
+    """The PACS settings of `pacs demo` (the `PACSConfig` fields it exposes)."""
+    parser.add_argument(
+        "--pacs-beta", type=float, default=1.0, help="Scale of the reward proxy (PACSConfig.pacs_beta)."
+    )
+    parser.add_argument(
+        "--pacs-anchor", default="rollout", choices=["rollout", "reference"],
+        help="Anchor of the reward proxy (PACSConfig.pacs_anchor).",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pacs-reference-reset-generations", type=int, default=0,
+        help="With --pacs-anchor reference: reset pi_ref every N generations (0 = never).",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pacs-reset-optimizer", type=int, choices=[0, 1], default=1,
+        help="With resets: re-initialise Adam's states at each reset (PACSConfig.pacs_reset_optimizer; 1 = yes).",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pacs-reset-warmup-steps", type=int, default=0,
+        help="With resets and the optimizer reset: re-warm the learning rate over K steps (pacs_reset_warmup_steps).",
+    )  # fmt: skip
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -136,7 +153,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 
 def _progress_callback(max_steps: int, name: str = "PACSTrainer"):
-    """A `TrainerCallback` with a tqdm bar over optimizer steps (rate + ETA) showing the latest reward and critic accuracy."""
+    """A `TrainerCallback` with a tqdm bar over optimizer steps (rate + ETA) showing the latest reward and critic ranking."""
     from tqdm.auto import tqdm
     from transformers import TrainerCallback
 
@@ -343,8 +360,14 @@ def make_datasets(args: argparse.Namespace):
     from .tasks import make_arithmetic_dataset
 
     train_dataset = make_arithmetic_dataset(args.num_train, seed=args.seed)
-    eval_dataset = make_arithmetic_dataset(args.num_eval, seed=args.seed + EVAL_SEED_OFFSET)
+    eval_dataset = make_arithmetic_dataset(args.num_eval, seed=eval_seed(args))
     return train_dataset, eval_dataset
+
+
+def eval_seed(args: argparse.Namespace) -> int:
+    """The held-out problems' seed: `--eval-seed`, or one derived from `--seed`."""
+    chosen = getattr(args, "eval_seed", None)
+    return args.seed + EVAL_SEED_OFFSET if chosen is None else chosen
 
 
 def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "pacs", **overrides):
@@ -393,6 +416,8 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
         anchor = dict(
             pacs_anchor=getattr(args, "pacs_anchor", "rollout"),
             pacs_reference_reset_generations=getattr(args, "pacs_reference_reset_generations", 0),
+            pacs_reset_optimizer=bool(getattr(args, "pacs_reset_optimizer", 1)),
+            pacs_reset_warmup_steps=getattr(args, "pacs_reset_warmup_steps", 0),
         )
         return PACSConfig(**kwargs, pacs_beta=args.pacs_beta, **anchor)
     from trl import GRPOConfig, RLOOConfig
@@ -442,7 +467,7 @@ def _result(args, algorithm: str, before: dict, after: dict, history: list[dict]
         "model_name": Path(args.model).name,
         "algorithm": algorithm,
         "seed": args.seed,
-        "eval_seed": args.seed + EVAL_SEED_OFFSET,
+        "eval_seed": eval_seed(args),
         "max_steps": args.max_steps,
         "settings": {k: v for k, v in vars(args).items() if k != "func"},
         "before": before,
