@@ -178,7 +178,7 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
     script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo")
     assert script_args.algorithm == "grpo" and isinstance(args, GRPOConfig) and not isinstance(args, PACSConfig)
     assert {f.name for f in dataclasses.fields(args)} == {f.name for f in dataclasses.fields(GRPOConfig)}
-    with pytest.raises(ValueError, match="--not_an_argument"):
+    with pytest.raises(ValueError, match="not_an_argument"):
         parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo", "--not_an_argument", "1")
 
 
@@ -226,14 +226,19 @@ def test_recipes_and_accelerate_configs_by_name_or_path(train_qwen, tmp_path, mo
 
 
 def test_unknown_keys_name_the_closest_valid_ones(train_qwen, tmp_path):
-    with pytest.raises(ValueError, match=r"--lerning_rate \(on the command line\): did you mean learning_rate"):
+    with pytest.raises(ValueError, match=r"lerning_rate \(on the command line\): did you mean learning_rate"):
         train_qwen.read_recipe(["--config", "tiny_cpu", "--lerning_rate", "1e-5"])
     recipe = tmp_path / "typo.yaml"
     recipe.write_text((RECIPES / "tiny_cpu.yaml").read_text() + "num_generation: 4\naccelerate_confg: zero3\n")
-    with pytest.raises(ValueError, match=r"--num_generation \(in the recipe\): did you mean num_generations") as error:
+    with pytest.raises(ValueError, match=r"num_generation \(in the recipe\): did you mean num_generations") as error:
         train_qwen.read_recipe(["--config", str(recipe)])
     assert "did you mean accelerate_config" in str(error.value)
     assert "fail_with_unknown_args" not in str(error.value)
+    # on the command line: the message, not a traceback, and exit 2
+    from pacs.cli import main as cli_main
+
+    assert cli_main(["train", "--config", str(recipe)]) == 2
+    assert cli_main(["train", "--config", "qwen3_4b_pac"]) == 2
 
 
 def test_script_requires_a_model_and_an_eval_benchmark(train_qwen, tiny_model_dir):

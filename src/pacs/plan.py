@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -1172,14 +1173,18 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    plan = plan_recipe(
-        args.config,
-        overrides=getattr(args, "overrides", []),
-        accelerate_config=args.accelerate_config,
-        num_processes=args.num_processes,
-        num_machines=args.num_machines,
-        gpu_memory_gb=args.gpu_memory_gb,
-        vllm_serve=args.vllm_serve,
-    )
+    try:
+        plan = plan_recipe(
+            args.config,
+            overrides=getattr(args, "overrides", []),
+            accelerate_config=args.accelerate_config,
+            num_processes=args.num_processes,
+            num_machines=args.num_machines,
+            gpu_memory_gb=args.gpu_memory_gb,
+            vllm_serve=args.vllm_serve,
+        )
+    except (ValueError, FileNotFoundError) as error:  # a recipe, config or key that does not exist; a model unknown
+        print(f"pacs plan: error: {error}", file=sys.stderr)
+        return 2
     print(plan.render())  # the command's output
     return 1 if plan.errors else 0

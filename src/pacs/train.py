@@ -347,6 +347,7 @@ def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
     return TrlParser(
         (ScriptArguments, PACSConfig if algorithm == "pacs" else GRPOBaselineConfig, ModelConfig),
         prog=prog,
+        allow_abbrev=False,  # `--num_generation` is a typo to name, not an abbreviation of `--num_generations`
         epilog="Launch keys (recipe or command line): --accelerate_config NAME_OR_PATH (shipped: zero3, zero2, ddp, "
         "zero3_multinode, zero3_hostfile) and the options of `accelerate launch` (--num_processes, --num_machines, "
         "--machine_rank, --main_process_ip, ...); see pacs.train's docstring.",
@@ -394,17 +395,17 @@ def _groups(strings: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def _unknown_keys_error(unknown: list[tuple[str, str]], parser: TrlParser, launch: set[str]) -> ValueError:
-    known = sorted({s[2:] for s in parser._option_string_actions if s.startswith("--")} | {s[2:] for s in launch})
-    parts = []
+    options = {s[2:] for s in parser._option_string_actions if s.startswith("--")} | {s[2:] for s in launch}
+    known = sorted(key for key in options if "-" not in key)  # the underscore spelling, as in the recipes
+    lines = []
     for key, where in unknown:
         close = difflib.get_close_matches(key.lstrip("-"), known, n=3, cutoff=0.6)
-        parts.append(f"{key} ({where})" + (f": did you mean {' or '.join(close)}?" if close else ""))
+        hint = f": did you mean {' or '.join(close)}?" if close else ": no similar key."
+        lines.append(f"  {key.lstrip('-')} ({where}){hint}")
     return ValueError(
-        "Unknown key(s): "
-        + "; ".join(parts)
-        + ". A key is a training argument (`pacs train --help`: ScriptArguments, "
-        "PACSConfig or GRPOConfig, ModelConfig) or a launch key (accelerate_config, or an option of "
-        "`accelerate launch` such as num_processes)."
+        "Unknown key(s), neither a training argument (`pacs train --help`: ScriptArguments, PACSConfig or GRPOConfig, "
+        "ModelConfig) nor a launch key (accelerate_config, or an option of `accelerate launch` such as "
+        "num_processes):\n" + "\n".join(lines)
     )
 
 
@@ -417,7 +418,8 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
     argv = _resolve_config_argument(sys.argv[1:] if argv is None else argv)
     algorithm = "pacs"
     if not {"-h", "--help"} & set(argv):
-        script_args, _ = TrlParser(ScriptArguments).parse_args_and_config(argv, return_remaining_strings=True)
+        first = TrlParser(ScriptArguments, allow_abbrev=False)  # only `algorithm`; the rest is read below
+        script_args, _ = first.parse_args_and_config(argv, return_remaining_strings=True)
         algorithm = script_args.algorithm
     parser = make_parser(algorithm, prog)
     *parsed, from_recipe, from_cli = parser.parse_args_and_config(
@@ -496,7 +498,11 @@ def launch(recipe: Recipe) -> None:
 def run(args) -> int:
     """`pacs train ...` (registered in `pacs.cli`): `args.overrides` is the whole command line after `train`."""
     argv = list(getattr(args, "overrides", []))
-    recipe = read_recipe(argv)
+    try:
+        recipe = read_recipe(argv)
+    except (ValueError, FileNotFoundError) as error:  # a recipe or a key that does not exist: the message is the fix
+        print(f"pacs train: error: {error}", file=sys.stderr)
+        return 2
     # inside a launched process (`accelerate launch ... pacs train`), or nothing to launch: train here
     if "LOCAL_RANK" in os.environ or (recipe.accelerate_config is None and not recipe.launch_args):
         main(recipe.script_args, recipe.training_args, recipe.model_args)
