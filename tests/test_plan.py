@@ -368,3 +368,22 @@ def test_every_pacs_plan_command_in_the_docs_runs(capsys, monkeypatch, tiny_mode
         output = capsys.readouterr().out
         expected = 1 if marker.startswith("fails") else 0
         assert code == expected, f"`{command}` exited {code}:\n{output}"
+
+
+def test_the_readmes_commands_run_as_written(capsys, monkeypatch, tmp_path):
+    """README.md's `pacs plan` lines exit 0 from any directory, and its `pacs train` lines parse, launch keys and all,
+    into a launch whose plan passes (the training itself needs the GPUs the recipe names)."""
+    from pacs.train import read_recipe
+
+    monkeypatch.chdir(tmp_path)  # the shipped recipes by name, as an installed package finds them
+    lines = [line.strip() for _, code in bash_blocks(ROOT / "README.md") for line in code.splitlines()]
+    plans = [line for line in lines if line.startswith("pacs plan ")]
+    trains = [line for line in lines if line.startswith("pacs train ")]
+    assert plans and len(trains) >= 2
+    for line in plans:
+        assert cli_main(shlex.split(line)[1:]) == 0, f"`{line}`:\n{capsys.readouterr().out}"
+    for line in trains:
+        argv = shlex.split(line.split("#")[0])[2:]
+        recipe = read_recipe([*argv, "--use_cpu", "true"])
+        assert recipe.script_args.expected_world_size == 1 or recipe.accelerate_config is not None, line
+        assert not plan_recipe(argv[1], overrides=argv[2:]).errors, line
