@@ -3,7 +3,7 @@
 A training run that fails after the model has loaded and generated, with `KeyError: 'prompt'` from deep inside TRL or
 `TypeError: missing 1 required positional argument`, or one that "succeeds" with zero steps or a loss of 0 because no
 completion ever got a reward, costs a user far more than an error at start-up that names the fix. The functions here
-are pure (no trainer needed) so that `PACSTrainer`, `examples/train_qwen.py` and `pacs eval` share them:
+are pure (no trainer needed) so that `PACSTrainer`, `pacs train` and `pacs eval` share them:
 
 - [`check_train_dataset`]: the dataset has a `prompt` column (unless an environment supplies the prompts) and rows,
   and every reward function can be called with the keywords TRL will pass it (its own, see [`TRL_REWARD_KWARGS`],
