@@ -103,27 +103,37 @@ def summary_table(runs: list[dict], picked: dict, thresholds: list[float]) -> st
 
 def critic_table(runs: list[dict], picked: dict) -> str:
     fr = {name: [r["critic"] for r in rs if r.get("critic")] for name, rs in final_runs(runs, picked).items()}
-    heads = report.CRITIC_HEADS[report.critic_kind(c for cs in fr.values() for c in cs)]
-    head = ["config", "off-policy steps", heads["margins"], heads["spread"], heads["accuracy"], heads["majority"]]
+    kind = report.critic_kind(c for cs in fr.values() for c in cs)
+    heads = report.CRITIC_HEADS[kind]
+    head = ["config", "off-policy steps", heads["margins"], heads["spread"]]
+    if not report.critic_legacy(kind):
+        head += [heads["ranking"], heads["fresh"], heads["brier"]]
     rows = []
     for name, cs in fr.items():
         if not cs:
             continue
         q = [statistics.mean(report.critic_margins(c)[i] for c in cs) for i in range(3)]
         psi_std = [x for r in final_runs(runs, picked)[name] for x in r["psi_std"]]
-        rows.append(
-            [name, str(sum(c["off_policy_steps"] for c in cs)), f"{q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}",
-             f"{statistics.mean(report.critic_spread(c) for c in cs):.0%}",
-             report.interval([c["critic_accuracy_off_policy"] for c in cs]),
-             f"{statistics.mean(c['majority_label_accuracy'] for c in cs):.3f}", f"{statistics.median(psi_std):.3f}"]
-        )  # fmt: skip
+        row = [name, str(sum(c["off_policy_steps"] for c in cs)), f"{q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}",
+               f"{statistics.mean(report.critic_spread(c) for c in cs):.0%}"]  # fmt: skip
+        if not report.critic_legacy(kind):
+            fresh = [c["critic_ranking_fresh"] for c in cs if c["critic_ranking_fresh"] is not None]
+            row += [report.interval([c["critic_ranking_off_policy"] for c in cs if c["critic_ranking_off_policy"]
+                                     is not None], none="—"),
+                    f"{report.interval(fresh, none='—')} ({sum(c['fresh_steps'] for c in cs)})",
+                    report.interval([c["critic_brier_mixed"] for c in cs if c["critic_brier_mixed"] is not None],
+                                    none="—")]  # fmt: skip
+        rows.append([*row, f"{statistics.median(psi_std):.3f}" if psi_std else "—"])
     return report.table([*head, "psi_std median"], rows)
 
 
 def critic_grid_table(runs: list[dict], lrs: list[float], seed: int, names: list[str]) -> str:
-    """Per PACS config and grid lr (seed `seed`): median abs(sigma(psi) - 1/2), critic accuracy, validation acc."""
-    median = report.CRITIC_HEADS[report.critic_kind(r.get("critic") for r in runs)]["median"]
-    head = ["config", *[f"lr {lr:g}: {median} / critic acc / val acc" for lr in lrs]]
+    """Per PACS config and grid lr (seed `seed`): median abs(sigma(psi) - 1/2), the fresh-sample ranking (runs that
+    have it), validation acc."""
+    kind = report.critic_kind(r.get("critic") for r in runs)
+    median = report.CRITIC_HEADS[kind]["median"]
+    ranking = "" if report.critic_legacy(kind) else " / fresh ranking"
+    head = ["config", *[f"lr {lr:g}: {median}{ranking} / val acc" for lr in lrs]]
     rows = []
     for name in names:
         cells = [name]
@@ -133,9 +143,8 @@ def critic_grid_table(runs: list[dict], lrs: list[float], seed: int, names: list
                 cells.append("—")
                 continue
             c = r["critic"]
-            cells.append(
-                f"{report.critic_margins(c)[1]:.3f} / {c['critic_accuracy_off_policy']:.3f} / {final(r['curve'], 1):.3f}"
-            )
+            fresh = "" if report.critic_legacy(kind) else f" / {report.num(c['critic_ranking_fresh'])}"
+            cells.append(f"{report.critic_margins(c)[1]:.3f}{fresh} / {final(r['curve'], 1):.3f}")
         if any(c != "—" for c in cells[1:]):
             rows.append(cells)
     return report.table(head, rows)
@@ -277,9 +286,12 @@ def learning_markdown(raw: dict, tables: dict) -> str:
             "",
             tables["critic_grid"],
             "",
-            "The critic's guess for a completion is 'right' when σ(ψ) > ½; majority-label accuracy is what guessing the "
-            f"more common label would score on the same completions. {report.CRITIC_NOTES[kind]}, then averaged over "
-            "seeds.",
+            f"{report.CRITIC_NOTES[kind]}, then averaged over seeds"
+            + (
+                f". {report.CRITIC_WITHDRAWN}"
+                if report.critic_legacy(kind)
+                else " (95% t-intervals over seeds; in parentheses after the fresh ranking, its number of steps)."
+            ),
             "",
             *entropy,
             "![held-out accuracy vs step](learning.png)",

@@ -69,17 +69,23 @@ def goal(claim: str, value: float, op: str, threshold: float, measured: str) -> 
     return f"- {claim.format(threshold=threshold)}: {measured}: **{'met' if met else 'missed'}**"
 
 
-# The implicit critic. Two summaries exist: "pooled" (results before 2026-12-04: |sigma(psi) - 1/2| of every
-# completion of the off-policy steps pooled, from a recording subclass) and "per_step" (`_common.critic_summary`:
-# PACSTrainer's per-step metrics, so quantiles are over the steps' medians). Each report says which it shows.
+# The implicit critic. Three summaries exist: "pooled" (results before 2026-12-04: |sigma(psi) - 1/2| of every
+# completion of the off-policy steps pooled, from a recording subclass), "per_step" (2026-12-04: PACSTrainer's
+# per-step metrics, so quantiles are over the steps' medians) and "per_step_ranking" (`_common.critic_summary` since
+# issue 31: the same, with the within-group ranking and the Brier score on mixed groups). The first two predate the
+# well-posed critic metric: their JSON hold sign accuracies that were compared with always guessing the majority label,
+# a comparison withdrawn (CRITIC_WITHDRAWN); reports show only their |sigma(psi) - 1/2| figures. Each report says
+# which summary it shows.
+
+RANKING = "per_step_ranking"
 
 
 def critic_kind(critics) -> str:
-    """ "pooled" or "per_step" for a list of `critic` dicts (all of one kind)."""
+    """ "pooled", "per_step" or "per_step_ranking" for a list of `critic` dicts (all of one kind)."""
     kinds = {c.get("summary", "pooled") for c in critics if c}
     if len(kinds) > 1:
-        raise ValueError("critic summaries of both kinds in one table; rerun the older runs or report them apart")
-    return kinds.pop() if kinds else "per_step"
+        raise ValueError("critic summaries of several kinds in one table; rerun the older runs or report them apart")
+    return kinds.pop() if kinds else RANKING
 
 
 def critic_margins(c: dict) -> list[float]:
@@ -92,25 +98,55 @@ def critic_spread(c: dict) -> float:
     return c["frac_abs_dev_over_0.05"] if "frac_abs_dev_over_0.05" in c else c["critic_close_frac"]
 
 
+def num(x, spec: str = ".3f") -> str:
+    """`x` formatted, or "—" for None (a metric no step logged, e.g. the fresh ranking with the rollout anchor)."""
+    return "—" if x is None else f"{x:{spec}}"
+
+
+_PER_STEP_HEADS = {
+    "margins": "per-step median abs(σ(ψ) − ½): 10% / 50% / 90% quantile over steps",
+    "median": "median over steps of the per-step median abs(σ(ψ) − ½)",
+    "spread": "share with abs(label − σ(ψ)) < 0.1, mean over steps",
+}
 CRITIC_HEADS = {
     "pooled": {
         "margins": "abs(σ(ψ) − ½) 10% / 50% / 90% quantile",
         "median": "median abs(σ(ψ) − ½)",
         "spread": "share > 0.05",
-        "accuracy": "critic accuracy (off-policy)",
-        "majority": "majority-label accuracy",
     },
-    "per_step": {
-        "margins": "per-step median abs(σ(ψ) − ½): 10% / 50% / 90% quantile over steps",
-        "median": "median over steps of the per-step median abs(σ(ψ) − ½)",
-        "spread": "share with abs(label − σ(ψ)) < 0.1, mean over steps",
-        "accuracy": "critic accuracy (off-policy), mean over steps",
-        "majority": "majority-label accuracy, mean over steps",
+    "per_step": _PER_STEP_HEADS,
+    RANKING: {
+        **_PER_STEP_HEADS,
+        "ranking": "within-group ranking, off-policy steps (in-sample)",
+        "fresh": "within-group ranking, first step of each generation (out of sample; steps)",
+        "brier": "Brier score of σ(ψ) on mixed groups (0.25: ψ = 0)",
     },
 }
 
 CRITIC_NOTES = {
     "pooled": "|σ(ψ) − ½| is per completion, pooled over the off-policy steps of a run",
     "per_step": "|σ(ψ) − ½| is first the median over one step's completions (PACSTrainer's `pacs/critic_margin`), "
-    "then its quantiles over the off-policy steps of a run; accuracies and shares are means of per-step values",
+    "then its quantiles over the off-policy steps of a run; shares are means of per-step values",
+    RANKING: "|σ(ψ) − ½| is first the median over one step's completions (PACSTrainer's `pacs/critic_margin`), "
+    "then its quantiles over the off-policy steps of a run. The within-group ranking (`pacs/critic_ranking`) is the "
+    "share of (correct, incorrect) pairs of one group whose ψ is ordered right, ties ½, over the groups holding both "
+    "labels: 0.5 means no information. Off-policy it is in-sample (ψ was fitted to those labels); on each "
+    "generation's first step (`pacs/critic_ranking_fresh`) it is out of sample; there it is exactly 0.5 with the "
+    "rollout anchor (ψ = 0) and not logged where a reference anchor equals the policy. Rankings, Brier scores and shares are means of per-step values",
 }
+
+CRITIC_WITHDRAWN = (
+    "These runs predate the well-posed critic metric (`pacs/critic_ranking`, issue 31). Their JSON hold aggregates "
+    "only, not each completion's ψ and group, so it cannot be recomputed for them: of the critic, only |σ(ψ) − ½| is "
+    "shown. Earlier versions of this report also compared the critic's sign accuracy (the share of completions with "
+    "σ(ψ) > ½ exactly when correct) with always guessing the "
+    "majority label; that comparison is withdrawn as ill-posed: with the RLOO score ψ sums to zero within every group, "
+    'so σ(ψ) cannot say "this whole group is right", a uniform group always has a wrong sign whatever the critic '
+    "knows, ψ = 0 counts as a negative guess, and the majority-label baseline is carried by exactly those uniform "
+    "groups."
+)
+
+
+def critic_legacy(kind: str) -> bool:
+    """True for the summaries that predate the within-group ranking (no well-posed critic measure to show)."""
+    return kind != RANKING

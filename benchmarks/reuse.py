@@ -28,9 +28,9 @@ Steps:
 3. Seeds `--seeds` on the test split at each cell's rate (the seed-0 run of step 2 is reused). Greedy test accuracy
    at fixed numbers of generated completions (`--eval-every-completions`), the same points for every cell.
 4. Per cell: final test accuracy with a 95% t-interval, completions to a threshold, the share of optimizer steps whose
-   gradient norm was clipped (and GRPO's/RLOO's share of importance-ratio-clipped tokens), and for PACS the critic on
-   off-policy steps (|sigma(psi) - 1/2|, critic accuracy against the majority label). Paired by seed: PACS minus
-   GRPO/RLOO per cell, and each algorithm's k=16 (and mu) minus its k=1.
+   gradient norm was clipped (and GRPO's/RLOO's share of importance-ratio-clipped tokens), and for PACS the critic
+   (`_common.critic_summary`: |sigma(psi) - 1/2| on off-policy steps, the within-group ranking of psi). Paired by
+   seed: PACS minus GRPO/RLOO per cell, and each algorithm's k=16 (and mu) minus its k=1.
 
 Each finished run is cached as JSON in `--work-dir`/reuse_runs (keyed by every setting that changes it, the config's
 keyword arguments included), so an interrupted or extended invocation redoes nothing; reuse.json collects them, and

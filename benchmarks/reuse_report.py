@@ -20,13 +20,18 @@ RATIO_CLIP = "clip_ratio/region_mean"  # GRPO's and RLOO's share of tokens whose
 MEDIAN_HEAD = {
     "pooled": "median abs(σ(ψ) − ½), off-policy",
     "per_step": "median of per-step median abs(σ(ψ) − ½), off-policy",
+    report.RANKING: "median of per-step median abs(σ(ψ) − ½), off-policy",
 }
+RANKING_HEAD = "critic within-group ranking: off-policy / first step (out of sample)"
 CRITIC_TEXT = {
-    "pooled": "|σ(ψ) − ½| per completion pooled over the off-policy steps, and the share of completions whose sign "
-    "of ψ matches the reward, against always guessing the majority label.",
+    "pooled": "|σ(ψ) − ½| per completion pooled over the off-policy steps. " + report.CRITIC_WITHDRAWN,
     "per_step": "the median over the off-policy steps of each step's median |σ(ψ) − ½| (PACSTrainer's "
-    "`pacs/critic_margin`), and the share of a step's completions whose sign of ψ matches the reward, against always "
-    "guessing the step's majority label, both averaged over the off-policy steps.",
+    "`pacs/critic_margin`). " + report.CRITIC_WITHDRAWN,
+    report.RANKING: "the median over the off-policy steps of each step's median |σ(ψ) − ½| (PACSTrainer's "
+    "`pacs/critic_margin`), and the within-group ranking of ψ (`pacs/critic_ranking`: the share of (correct, "
+    "incorrect) pairs of one group ordered right, ties ½, 0.5 = no information) on the off-policy steps (in-sample) "
+    "and on each generation's first step (out of sample; exactly 0.5 with the rollout anchor, where ψ = 0), "
+    "each a mean of per-step values over the steps with a group holding both labels.",
 }
 # the learning rates reuse.json of 2026-12-03 centred its grids on (later runs record theirs in args["lr_center"])
 LEGACY_LR_CENTER = {"PACS b=1 balanced": 1e-5, "GRPO": 3e-5, "RLOO": 1e-5}
@@ -106,7 +111,8 @@ def summary_table(args, fr: dict) -> str:
     head = ["algorithm", "knob", "lr", "seeds", "optimizer steps", "generations", "final test acc (last 3 evals), "
             "mean [95% CI]", f"test acc at {half} completions", f"test acc at optimizer step {at_steps}",
             f"completions (optimizer steps) to {args.threshold:.0%}, seeds reaching", "grad-norm clip active",
-            "ratio-clipped tokens", MEDIAN_HEAD[kind], "critic acc (majority label)", "CPU s/run"]  # fmt: skip
+            "ratio-clipped tokens", MEDIAN_HEAD[kind], *([] if report.critic_legacy(kind) else [RANKING_HEAD]),
+            "CPU s/run"]  # fmt: skip
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in ordered(args, fr):
         rs = fr[c]
@@ -135,16 +141,23 @@ def summary_table(args, fr: dict) -> str:
                     f"{statistics.mean(r['clip_fraction'] for r in rs):.0%}",
                     f"{statistics.mean(ratio):.2%}" if ratio else "—",
                     f"{statistics.mean(report.critic_margins(x)[1] for x in crit):.3f}" if crit else "—",
-                    f"{statistics.mean(x['critic_accuracy_off_policy'] for x in crit):.3f} "
-                    f"({statistics.mean(x['majority_label_accuracy'] for x in crit):.3f})"
-                    if crit
-                    else "—",
+                    *([] if report.critic_legacy(kind) else [ranking_cell(crit)]),
                     f"{statistics.median(r['cpu_seconds'] for r in rs):.0f}",
                 ]
             )
             + " |"
         )
     return "\n".join(out)
+
+
+def ranking_cell(crit: list[dict]) -> str:
+    """ "off-policy / fresh" within-group ranking, each the mean over the seeds that logged it ("—": none did)."""
+
+    def mean(key: str) -> str:
+        xs = [x[key] for x in crit if x.get(key) is not None]
+        return report.num(statistics.mean(xs) if xs else None)
+
+    return f"{mean('critic_ranking_off_policy')} / {mean('critic_ranking_fresh')}" if crit else "—"
 
 
 def steps_to(run: dict, rows: int, threshold: float) -> int | None:

@@ -13,7 +13,7 @@ sampling seed; only the trainer differs (TRL's KL penalty off for all three). St
    is the same model on the same problems with the same decoding).
 2. Per (seed, algorithm), train and measure held-out accuracy again; the change comes with a paired 95% interval.
 3. Per algorithm, from the run's log (one entry per optimizer step): for PACS the implicit critic on off-policy
-   steps (`_common.critic_summary`: per-step medians of |sigma(psi) - 1/2|, critic and majority-label accuracy), for
+   steps (`_common.critic_summary`: per-step medians of |sigma(psi) - 1/2|, the within-group ranking of psi), for
    all the fraction of steps where gradient clipping was active (TRL logs the norm before clipping).
 4. Write smollm_compare.json to --out-dir; `smollm_compare_report.py` renders smollm_compare.md from it. Finished
    runs are kept in --work-dir and reused, so an interrupted run resumes.

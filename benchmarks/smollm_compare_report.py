@@ -118,25 +118,30 @@ def markdown(raw: dict, table: str) -> str:
 
 
 def critic_lines(runs: list[dict]) -> list[str]:
-    """PACS's implicit critic per seed, over the off-policy steps (pooled or per-step summaries, see report.py)."""
+    """PACS's implicit critic per seed (pooled or per-step summaries, see report.py)."""
     critics = [r.get("critic") for r in runs]
     kind = report.critic_kind(critics)
+    legacy = report.critic_legacy(kind)
     heads = report.CRITIC_HEADS[kind]
     spg = runs[0]["settings"]["steps_per_generation"] if runs else 0
     head = ["seed", "off-policy steps", *(["completions"] if kind == "pooled" else []), heads["margins"]]
-    head += [heads["spread"], "critic accuracy", "majority-label accuracy"]
+    head += [heads["spread"], *([] if legacy else [heads["ranking"], heads["fresh"], heads["brier"]])]
     rows = []
     for r, c in zip(runs, critics):
         if c:
             q = report.critic_margins(c)
             rows.append(
                 [r["seed"], c["off_policy_steps"], *([c["completions"]] if kind == "pooled" else []),
-                 f"{q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}", f"{report.critic_spread(c):.0%}",
-                 f"{c['critic_accuracy_off_policy']:.3f}", f"{c['majority_label_accuracy']:.3f}"]
+                 f"{q[0]:.3f} / {q[1]:.3f} / {q[2]:.3f}", f"{report.critic_spread(c):.0%}"]
+                + ([] if legacy else [report.num(c["critic_ranking_off_policy"]),
+                                      f"{report.num(c['critic_ranking_fresh'])} ({c['fresh_steps']})",
+                                      report.num(c["critic_brier_mixed"])])
             )  # fmt: skip
     missing = any(c is None for c in critics)
     return [
-        f"PACS's implicit critic on off-policy steps (steps 2-{spg} of each generation round), per seed"
+        f"PACS's implicit critic on off-policy steps (steps 2-{spg} of each generation round"
+        + ("" if legacy else "; the fresh ranking: step 1")
+        + "), per seed"
         + (
             " (runs made through the `pacs demo` command itself have no per-completion record):"
             if kind == "pooled"
@@ -145,6 +150,7 @@ def critic_lines(runs: list[dict]) -> list[str]:
         ),
         "",
         report.table(head, rows),
+        *(["", report.CRITIC_WITHDRAWN] if legacy else []),
     ]
 
 
