@@ -153,7 +153,8 @@ def critic_summary(log_history: list[dict], steps_per_cycle: int) -> dict | None
     From PACSTrainer's per-step metrics (`pacs.critic`): `pacs/critic_ranking` (the share of (correct, incorrect)
     pairs of one group that psi orders right, 0.5 = no information) over the off-policy steps (psi trained on those
     very completions: in-sample), `pacs/critic_ranking_fresh` (each generation's first step: completions the policy
-    has not trained on, out of sample; logged only where psi can differ from 0), `pacs/critic_brier_mixed` (Brier
+    has not trained on, out of sample; exactly 0.5 with the rollout anchor, where psi == 0 there; not
+    logged by the reference anchor where pi_ref equals the policy), `pacs/critic_brier_mixed` (Brier
     score of sigma(psi) on groups holding both labels, 0.25 = psi 0), and the per-step medians of |sigma(psi) - 1/2|.
     Every figure is per step first, then the mean (quantiles) over steps. Returns None without off-policy steps
     (GRPO, RLOO).

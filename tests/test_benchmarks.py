@@ -224,7 +224,8 @@ def test_anchor_smoke(tmp_path):
     assert {r["seed"] for r in raw["runs"]} == {0, 100}  # the reported seed and the tuning seed
     for r in raw["runs"]:
         assert [c[0] for c in r["curve"]] == [0, 1, 2] and [s["step"] for s in r["steps"]] == [1, 2]
-        assert all(s["update_norm"] > 0 for s in r["steps"]) and r["kl_to_sft"] >= 0
+        # the smoke warm start solves nothing: uniform groups, no gradient, so the norm is only there (and >= 0)
+        assert all(s["update_norm"] is not None and s["update_norm"] >= 0 for s in r["steps"]) and r["kl_to_sft"] >= 0
         assert (r["beta"] is not None) == r["arm"].startswith("PACS")
         if r["arm"].startswith("PACS ref"):
             assert all("pacs/reference_kl" in s and "pacs/reference_resets" in s for s in r["steps"])
