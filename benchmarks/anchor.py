@@ -173,18 +173,21 @@ def run_all(args, model_path: str) -> list[dict]:
         _common.run_all(store, todo, args.jobs, lambda _: None)
 
     grids = {arm: _grid(arm, args) for arm in args.arms}
-    for _ in range(args.extend + 1):
+    for extension in range(args.extend + 1):
         run_batch([(arm, b, lr, args.tune_seed) for arm, (bs, lrs) in grids.items() for b in bs for lr in lrs])
+        if extension == args.extend:
+            break  # the grids that ran are the grids recorded
         picks = anchor_report.picks(load(), args.arms, args.tune_seed, grids)
-        grown = False
+        grown = {}
         for arm, (beta, lr) in picks.items():
             bs, lrs = grids[arm]
             more_lrs = _extend(lrs, lr, 3.0)
             more_bs = _extend(bs, beta, 3.0) if beta is not None else None
-            grids[arm] = (more_bs or bs, more_lrs or lrs)
-            grown = grown or bool(more_lrs or more_bs)
+            if more_lrs or more_bs:
+                grown[arm] = (more_bs or bs, more_lrs or lrs)
         if not grown:
             break
+        grids.update(grown)
     args.grids = grids
     picks = anchor_report.picks(load(), args.arms, args.tune_seed, grids)
     run_batch([(arm, *picks[arm], seed) for seed in args.seeds for arm in args.arms])

@@ -101,13 +101,16 @@ def tables(raw: dict) -> dict:
     out["tuning"] = "\n".join(rows)
 
     rows = [
-        "| arm | seeds | final test acc | AUC | critic ranking, fresh | ranking, other steps | Brier, mixed groups | "
-        "KL to SFT (probe) | entropy, steps 1-20 → 101-120 | ‖Δθ‖ after a reset / median step | resets | CPU s/run |",
-        "|---" * 12 + "|",
+        "| arm | seeds | final test acc | AUC | critic ranking, fresh | fresh, steps 1-40 → 81-120 | ranking, other "
+        "steps | Brier, mixed groups | KL to SFT (probe) | entropy, steps 1-20 → 101-120 | ‖Δθ‖ after a reset / "
+        "median step | resets | CPU s/run |",
+        "|---" * 13 + "|",
     ]
     for a in arms:
         rs = at[a]
         fresh = values(rs, lambda r: run_mean(r, "pacs/critic_ranking_fresh"))
+        early = values(rs, lambda r: step_mean(r, "pacs/critic_ranking_fresh", 0, 40))
+        late = values(rs, lambda r: step_mean(r, "pacs/critic_ranking_fresh", 80, 120))
         ranking = values(rs, lambda r: run_mean(r, "pacs/critic_ranking"))
         brier = values(rs, lambda r: run_mean(r, "pacs/critic_brier_mixed"))
         ent0, ent1 = (
@@ -118,7 +121,8 @@ def tables(raw: dict) -> dict:
         resets = [max((s.get("pacs/reference_resets", 0) for s in r["steps"]), default=0) for r in rs]
         rows.append(
             f"| {a} | {len(rs)} | {fmt([final(r) for r in rs])} | {fmt([auc(r) for r in rs])} | {fmt(fresh)} | "
-            f"{fmt(ranking)} | {fmt(brier)} | {fmt([r['kl_to_sft'] for r in rs])} | "
+            + (f"{statistics.mean(early):.3f} → {statistics.mean(late):.3f} | " if early and late else "— | ")
+            + f"{fmt(ranking)} | {fmt(brier)} | {fmt([r['kl_to_sft'] for r in rs])} | "
             + (f"{statistics.mean(ent0):.3f} → {statistics.mean(ent1):.3f} | " if ent0 and ent1 else "— | ")
             + (f"{statistics.median(s[0] / s[1] for s in shocks):.1f}× | " if shocks else "— | ")
             + (f"{statistics.mean(resets):.0f} | " if a.startswith("PACS ref") else "— | ")

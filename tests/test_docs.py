@@ -156,11 +156,11 @@ def test_readme_commands_exist():
 # Issue 31: the critic's sign accuracy compared with "always guess the majority label" is ill-posed (with the RLOO score
 # psi sums to zero within a group, so a uniform group always has a wrong sign); no page may judge the critic by it.
 # A paragraph may name the comparison only to say it is withdrawn. The anchor study's own reports are being redone
-# (issue 31): the marker below skips a paragraph, and PENDING whole files, until the study lands.
+# (issue 31): the marker below skips a paragraph, and PENDING whole files, while a study is being redone.
 CLAIM_PAGES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *PAGES]
 CLAIM_PAGES += sorted((ROOT / "benchmarks" / "results").glob("*.md"))
 BEING_REDONE = "<!-- anchor study: being redone (issue 31) -->"
-PENDING = {"anchor.md", "anchor_verdict.md"}  # benchmarks/results/: remove once the redone study is committed
+PENDING: set[str] = set()  # benchmarks/results/ files skipped while a study is being redone (none now)
 
 
 def critic_vs_majority(text: str) -> list[str]:

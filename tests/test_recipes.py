@@ -74,9 +74,12 @@ def test_recipes_carry_the_revised_papers_settings(name):
     assert "vllm_gpu_memory_utilization" in recipe and "80 GB" in text and "H200" in text
     assert "per evaluation" in text and "pacs plan" in text  # the cost of the evaluation during training, estimated
     if recipe["algorithm"] == "pacs":
-        # the paper's anchor, reset every 8 rollouts as chosen in benchmarks/results/anchor.md
+        # the paper's anchor and reset (with the optimizer states); where the paper is silent, the anchor study's
+        # answer (benchmarks/results/anchor_verdict.md): every 8 rollouts, no re-warmup, the authors' beta
         assert recipe["pacs_anchor"] == "reference" and recipe["pacs_reference_reset_generations"] == 8
-        assert "docs/pacs_trainer.md#reference-anchor" in text
+        assert recipe["pacs_reset_optimizer"] is True and recipe["pacs_reset_warmup_steps"] == 0
+        assert recipe["pacs_beta"] == 1.0
+        assert "docs/pacs_trainer.md#reference-anchor" in text and "anchor_verdict.md" in text
     else:
         assert not any(key.startswith("pacs_") for key in recipe)
     # the launch it is written for: 1 node -> zero3 (zero2 for LoRA), 2 nodes -> zero3_multinode, 1 GPU -> none
