@@ -18,7 +18,11 @@ start=$(date +%s)
 step() { echo "== [$(( $(date +%s) - start )) s] $*"; }
 
 step "the wheel"
-"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$ROOT"
+# from a clean copy of what the wheel is built from: setuptools' in-tree build/ would otherwise keep (and ship) files
+# deleted from src/ since an earlier build
+mkdir "$WORK/tree" && cp -r "$ROOT/pyproject.toml" "$ROOT/README.md" "$ROOT/LICENSE" "$ROOT/src" "$WORK/tree/"
+find "$WORK/tree/src" \( -name "*.egg-info" -o -name __pycache__ \) -prune -exec rm -rf {} +
+"$PYTHON" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/tree"
 wheel=$(ls "$WORK"/dist/trl_pacs-*.whl)  # the distribution trl-pacs; wheel names normalize to trl_pacs-...
 step "a fresh virtualenv with $(basename "$wheel")"
 "$PYTHON" -m venv --system-site-packages "$WORK/venv"
