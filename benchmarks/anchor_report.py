@@ -52,16 +52,42 @@ def step_mean(run: dict, key: str, lo: int, hi: int) -> float | None:
     return statistics.mean(vals) if vals else None
 
 
-def reset_shock(run: dict) -> tuple[float, float] | None:
-    """(median ||dtheta|| of the steps right after a reset, median ||dtheta|| of the other steps after step 1)."""
-    prev, after, other = 0, [], []
+WINDOW = 6  # optimizer steps after a reset that reset_shock follows (a re-warmup of K = 4 ends in the 5th)
+
+
+def reset_shock(run: dict) -> list[float] | None:
+    """||dtheta|| of the k-th optimizer step after each reset (k = 0 .. WINDOW - 1; median over the run's resets),
+    divided by the median ||dtheta|| of the steps outside those windows (step 1 left out: a run's first Adam step)."""
+    norms = {s["step"]: s["update_norm"] for s in run["steps"] if s.get("update_norm") is not None}
+    starts, prev = [], 0
     for s in run["steps"]:
         resets = s.get("pacs/reference_resets", 0)
-        if s.get("update_norm") is None:
-            continue
-        (after if resets > prev else other if s["step"] > 1 else []).append(s["update_norm"])
+        if resets > prev:
+            starts.append(s["step"])
         prev = resets
-    return (statistics.median(after), statistics.median(other)) if after and other else None
+    inside = {start + k for start in starts for k in range(WINDOW)}
+    outside = [v for step, v in norms.items() if step not in inside and step > 1]
+    if not starts or not outside:
+        return None
+    base = statistics.median(outside)
+    ks = [[norms[start + k] for start in starts if start + k in norms] for k in range(WINDOW)]
+    return [statistics.median(v) / base for v in ks if v]
+
+
+def shock_cell(shocks: list[list[float]]) -> str:
+    """ "first step, peak (at k)" of the seed-mean ratios."""
+    if not shocks:
+        return "—"
+    n = min(len(x) for x in shocks)
+    mean = [statistics.mean(x[k] for x in shocks) for k in range(n)]
+    peak = max(range(n), key=lambda k: mean[k])
+    return f"{mean[0]:.1f}×, peak {mean[peak]:.1f}× (k={peak})"
+
+
+def other_steps_mean(run: dict, key: str, steps_per_generation: int) -> float | None:
+    """Mean of `key` over the steps that did not follow a generation (in-sample: psi fitted to those labels)."""
+    vals = [s[key] for s in run["steps"] if s.get(key) is not None and (s["step"] - 1) % steps_per_generation != 0]
+    return statistics.mean(vals) if vals else None
 
 
 def values(rs: list[dict], fn) -> list[float]:
@@ -102,17 +128,18 @@ def tables(raw: dict) -> dict:
 
     rows = [
         "| arm | seeds | final test acc | AUC | critic ranking, fresh | fresh, steps 1-40 → 81-120 | ranking, other "
-        "steps | Brier, mixed groups | KL to SFT (probe) | entropy, steps 1-20 → 101-120 | ‖Δθ‖ after a reset / "
-        "median step | resets | CPU s/run |",
-        "|---" * 13 + "|",
+        "steps | Brier, mixed groups | ψ std | KL to SFT (probe) | entropy, steps 1-20 → 101-120 | ‖Δθ‖ of the k-th "
+        "step after a reset / median step away from resets: k=0, peak over k<6 | resets | CPU s/run |",
+        "|---" * 14 + "|",
     ]
     for a in arms:
         rs = at[a]
         fresh = values(rs, lambda r: run_mean(r, "pacs/critic_ranking_fresh"))
         early = values(rs, lambda r: step_mean(r, "pacs/critic_ranking_fresh", 0, 40))
         late = values(rs, lambda r: step_mean(r, "pacs/critic_ranking_fresh", 80, 120))
-        ranking = values(rs, lambda r: run_mean(r, "pacs/critic_ranking"))
+        ranking = values(rs, lambda r: other_steps_mean(r, "pacs/critic_ranking", args["steps_per_generation"]))
         brier = values(rs, lambda r: run_mean(r, "pacs/critic_brier_mixed"))
+        psi_std = values(rs, lambda r: run_mean(r, "pacs/psi_std"))
         ent0, ent1 = (
             values(rs, lambda r: step_mean(r, "entropy", 0, 20)),
             values(rs, lambda r: step_mean(r, "entropy", 100, 120)),
@@ -122,9 +149,9 @@ def tables(raw: dict) -> dict:
         rows.append(
             f"| {a} | {len(rs)} | {fmt([final(r) for r in rs])} | {fmt([auc(r) for r in rs])} | {fmt(fresh)} | "
             + (f"{statistics.mean(early):.3f} → {statistics.mean(late):.3f} | " if early and late else "— | ")
-            + f"{fmt(ranking)} | {fmt(brier)} | {fmt([r['kl_to_sft'] for r in rs])} | "
+            + f"{fmt(ranking)} | {fmt(brier)} | {fmt(psi_std)} | {fmt([r['kl_to_sft'] for r in rs])} | "
             + (f"{statistics.mean(ent0):.3f} → {statistics.mean(ent1):.3f} | " if ent0 and ent1 else "— | ")
-            + (f"{statistics.median(s[0] / s[1] for s in shocks):.1f}× | " if shocks else "— | ")
+            + f"{shock_cell(shocks)} | "
             + (f"{statistics.mean(resets):.0f} | " if a.startswith("PACS ref") else "— | ")
             + f"{statistics.mean(r['cpu_seconds'] for r in rs):.0f} |"
         )
@@ -161,15 +188,21 @@ def verdict(at: dict) -> list[str]:
     """The pre-registered rule (anchor_protocol.md), applied to the numbers."""
     lines = []
     a, b = PRIMARY
+
+    def both(label: str, x: str, y: str) -> str:
+        return (f"{label}: " + decide(paired(at[x], at[y]), x, y) + "; on AUC (secondary): "
+                + decide(paired(at[x], at[y], auc), x, y) + ".")  # fmt: skip
+
     if a in at and b in at:
-        lines.append("Primary: " + decide(paired(at[a], at[b]), a, b) + ".")
+        lines.append(both("Primary", a, b))
     for n in (8, 2):
-        w, r = f"PACS ref N={n} reset+warmup", f"PACS ref N={n} reset"
+        w, r, k = f"PACS ref N={n} reset+warmup", f"PACS ref N={n} reset", f"PACS ref N={n} keep"
         if w in at and r in at:
-            lines.append("Re-warmup: " + decide(paired(at[w], at[r]), w, r) + ".")
-        k = f"PACS ref N={n} keep"
+            lines.append(both("Re-warmup", w, r))
         if k in at and r in at:
-            lines.append("Optimizer reset: " + decide(paired(at[r], at[k]), r, k) + ".")
+            lines.append(both("Optimizer reset", r, k))
+    if "PACS ref N=2 reset" in at and "PACS ref N=8 reset" in at:
+        lines.append(both("Interval", "PACS ref N=2 reset", "PACS ref N=8 reset"))
     both = []
     for arm, rs in at.items():
         fresh = values(rs, lambda r: run_mean(r, "pacs/critic_ranking_fresh"))

@@ -188,6 +188,7 @@ def test_every_pacs_field_documented_consistently():
         "pacs_anchor",
         "pacs_reference_reset_generations",
         "pacs_reset_optimizer",
+        "pacs_reset_warmup_steps",
         "pacs_max_skipped_steps",
     }
     for f in own:

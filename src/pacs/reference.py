@@ -139,6 +139,7 @@ class ReferenceAnchor:
         self.at_policy = False  # pi_ref == the policy at the current generation's start: psi == 0 on its first step
         self.warmup = trainer.args.pacs_reset_warmup_steps
         self._lrs: tuple[list[float], list[float]] | None = None  # (scheduled, written) learning rates, re-warmup
+        self._factor_step: int | None = None  # the optimizer step whose factor was logged last
         model = trainer.model
         self.peft = is_peft_model(model)
         self.shared = False  # pi_ref is TRL's KL reference model
@@ -255,7 +256,12 @@ class ReferenceAnchor:
         for group, lr in zip(groups, written, strict=True):
             group["lr"] = lr
         self._lrs = (scheduled, written)
-        self.trainer._metrics["train"]["pacs/lr_factor"].append(factor)
+        logged, step = self.trainer._metrics["train"]["pacs/lr_factor"], self.trainer.state.global_step
+        if self._factor_step == step and logged:  # applied again in the same step (a reset): the later one holds
+            logged[-1] = factor
+        else:
+            logged.append(factor)
+        self._factor_step = step
 
     def after_generation(self, output: dict) -> dict:
         """Adds pi_ref's per-token log-probabilities of the generation batch (`LOGPS_KEY`) to `output`."""
