@@ -405,13 +405,14 @@ def test_docstring_examples_run(tiny_model_dir):
     import doctest
 
     import pacs._compat
+    import pacs.critic
+    import pacs.reference
     import pacs.split
     import pacs.testing
-    import pacs.trainer
 
     # (the fixture has already saved a model once, so one-time import banners do not land in the doctest output)
 
-    for module in (pacs.trainer, pacs.split, pacs._compat, pacs.testing):
+    for module in (pacs.critic, pacs.reference, pacs.split, pacs._compat, pacs.testing):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
 
