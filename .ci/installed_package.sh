@@ -44,7 +44,8 @@ PY
 step "pacs --help, python -m pacs --help, pacs recipes"
 pacs --help > help.txt && grep -q "train" help.txt
 python -m pacs --help > /dev/null
-pacs recipes | tee recipes.txt | grep -q "qwen3_4b_pacs .*accelerate config zero3"
+# to a file first: `grep -q` in a pipeline exits at its first match, and under pipefail the writer's SIGPIPE (141) fails
+pacs recipes > recipes.txt && cat recipes.txt && grep -q "qwen3_4b_pacs .*accelerate config zero3" recipes.txt
 
 step "pacs plan --config qwen3_4b_pacs (exit 0)"
 pacs plan --config qwen3_4b_pacs > plan.txt 2> plan.log || { cat plan.txt plan.log; exit 1; }
