@@ -39,12 +39,18 @@ def demo_args(arm: dict, lr: float, seed: int, eval_seed: int | None, args, out:
     return build_parser().parse_args(argv + list(args.demo_args))
 
 
+def run_tag(spec: tuple) -> str:
+    """The name of a run's folder and cache file: arm, lr, seed and which held-out set it was scored on."""
+    name, _, lr, seed, eval_seed, _ = spec
+    return f"{name.replace(' ', '_')}_lr{lr:g}_s{seed}_{'val' if eval_seed else 'test'}"
+
+
 def run_one(spec: tuple) -> dict:
     """One demo run: (arm name, arm settings, lr, seed, eval seed or None, args)."""
     from pacs.demo import train_and_evaluate
 
     name, arm, lr, seed, eval_seed, args = spec
-    out = Path(args.work_dir) / f"{name.replace(' ', '_')}_lr{lr:g}_s{seed}_{'val' if eval_seed else 'test'}"
+    out = Path(args.work_dir) / run_tag(spec)
     out.mkdir(parents=True, exist_ok=True)
     metrics = train_and_evaluate(demo_args(arm, lr, seed, eval_seed, args, out), "pacs", progress=False)
     keep = ("before", "after", "change", "eval_seed", "wall_time_s", "cpu_time_s", "load_average")
@@ -67,8 +73,7 @@ def run_all(args, arms: dict) -> list[dict]:
     cache.mkdir(parents=True, exist_ok=True)
 
     def path(spec):
-        name, _, lr, seed, eval_seed, _ = spec
-        return cache / f"{name.replace(' ', '_')}_lr{lr:g}_s{seed}_{'val' if eval_seed else 'test'}.json"
+        return cache / f"{run_tag(spec)}.json"
 
     tune = [(n, a, lr, args.tune_seed, args.val_seed, args) for n, a in arms.items() for lr in args.lrs]
     _run(args, tune, path)
