@@ -255,7 +255,7 @@ def read_accelerate_config(path: str | os.PathLike) -> Launch:
     name: `zero3`)."""
     import yaml
 
-    from .recipes import ACCELERATE_CONFIGS_DIR, resolve_accelerate_config
+    from ..recipes import ACCELERATE_CONFIGS_DIR, resolve_accelerate_config
 
     path = resolve_accelerate_config(path)
     shipped = path.resolve().parent == ACCELERATE_CONFIGS_DIR
@@ -1063,7 +1063,7 @@ def plan_recipe(
     config's, else the recipe's `expected_world_size`, else 1. GPU memory: `gpu_memory_gb`, else the recipe's
     `expected_gpu_memory_gb`.
     """
-    from .train import read_recipe
+    from ..train import read_recipe
 
     recipe = read_recipe(["--config", str(config), *overrides, "--use_cpu", "true"], prog="pacs plan")
     script_args, args, model_args = recipe.script_args, recipe.training_args, recipe.model_args
