@@ -1,4 +1,4 @@
-"""Tests of `pacs.checkpoints` and `PACSTrainer`'s checkpoints: a run resumed from any checkpoint, in the middle of a
+"""Tests of `pacs.grpo.checkpoints` and `PACSTrainer`'s checkpoints: a run resumed from any checkpoint, in the middle of a
 generation batch or not, ends where the uninterrupted run ends; an interrupted save is skipped on resume."""
 
 import json
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 from train_resume import resume_runs  # noqa: E402
 
 from pacs import PACSTrainer  # noqa: E402
-from pacs.checkpoints import (  # noqa: E402
+from pacs.grpo.checkpoints import (  # noqa: E402
     COMPLETE_MARKER,
     ROLLOUT_DIR,
     finished_run,
@@ -60,7 +60,7 @@ def test_newest_complete_checkpoint_is_taken_and_the_skipped_ones_are_named(tmp_
     assert path == str(tmp_path / "checkpoint-10")
     assert [name for name, _ in skipped] == ["checkpoint-14", "checkpoint-12"]
     assert all(COMPLETE_MARKER in reason for _, reason in skipped)
-    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
         assert resolve_resume_checkpoint(True, str(tmp_path)) == str(tmp_path / "checkpoint-10")
         assert resolve_resume_checkpoint("true", str(tmp_path)) == str(tmp_path / "checkpoint-10")  # command line
     assert "checkpoint-14" in caplog.text and "checkpoint-12" in caplog.text
@@ -106,7 +106,7 @@ def test_a_file_that_does_not_match_the_marker_is_skipped_and_named(tmp_path, ca
     assert marker["files"] == {"optimizer.pt": 1000, "sub/rank0.pt": 10, "trainer_state.json": 18}
     assert resolve_resume_checkpoint(True, str(tmp_path)) == str(tmp_path / "checkpoint-4")
     (tmp_path / "checkpoint-4" / "optimizer.pt").write_bytes(b"x" * 100)  # a disk that filled up, a cut-short copy
-    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
         assert resolve_resume_checkpoint(True, str(tmp_path)) == str(tmp_path / "checkpoint-2")
     assert "checkpoint-4" in caplog.text and "optimizer.pt has 100 bytes, 1000 when the checkpoint was saved" in (
         caplog.text
@@ -186,9 +186,9 @@ def test_resume_with_lora(tiny_model_dir, tmp_path):
 def test_resume_without_the_saved_rollout_regenerates_and_differs(tiny_model_dir, tmp_path, monkeypatch):
     # What the saved rollout buys: without it (as with transformers alone), a resume in the middle of a generation
     # batch generates new completions at once and ends elsewhere. This also shows the exactness test above can fail.
-    import pacs.checkpoints
+    import pacs.grpo.trainer
 
-    monkeypatch.setattr(pacs.checkpoints, "load_rollout", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pacs.grpo.trainer, "load_rollout", lambda *args, **kwargs: None)
     record = resume_runs(tiny_model_dir, str(tmp_path), (4, 1, 4, 1, 4), [1])
     run = record["resumed"]["1"] if "1" in record["resumed"] else record["resumed"][1]
     assert run["rollout_saved"] and run["generated_at"][0] == 1  # regenerated right away
@@ -219,7 +219,7 @@ def test_interrupted_save_is_skipped_and_the_run_finishes(tiny_model_dir, tmp_pa
     trained = []
     training_step = resumed.training_step
     resumed.training_step = lambda *a, **k: trained.append(resumed.state.global_step) or training_step(*a, **k)
-    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
         resumed.train(resume_from_checkpoint=True)
     assert "Not resuming from" in caplog.text and "checkpoint-3" in caplog.text
     assert trained == [2, 3]  # continued from checkpoint-2: optimizer steps 3 and 4
@@ -256,7 +256,7 @@ def test_resuming_a_finished_run_trains_nothing_and_keeps_the_final_model(tiny_m
 
     # 1. PACSTrainer.train itself, then the script's save_model: nothing trained, nothing written
     resumed = trainer(4)
-    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
         output = resumed.train(resume_from_checkpoint=True)
     assert "The run is finished" in caplog.text and "checkpoint-4 is at step 4, and max_steps is 4" in caplog.text
     assert output.global_step == 4 and resumed.state.global_step == 4
@@ -273,7 +273,7 @@ def test_resuming_a_finished_run_trains_nothing_and_keeps_the_final_model(tiny_m
     optimizer = out / "checkpoint-6" / "optimizer.pt"
     optimizer.write_bytes(optimizer.read_bytes()[:100])
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
         assert resolve_resume_checkpoint(True, str(out)) == str(out / "checkpoint-4")
     assert "Not resuming from" in caplog.text and "optimizer.pt has 100 bytes" in caplog.text
     with pytest.raises(
@@ -302,7 +302,7 @@ def test_the_grpo_baseline_does_not_train_past_a_finished_run(tiny_model_dir, tm
     assert train_unless_finished(first) is True
     first.save_model()
     before = _files(out)
-    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
         assert train_unless_finished(trainer(), resume_from_checkpoint=True) is False
     assert "The run is finished" in caplog.text
     assert _files(out) == before
@@ -325,7 +325,7 @@ def test_pacs_train_on_a_finished_grpo_baseline_run_changes_nothing(tiny_model_d
     train.main(*args)
     before = _files(out)
     assert "model.safetensors" in before and "checkpoint-2/trainer_state.json" in before
-    with caplog.at_level(logging.WARNING, logger="pacs.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
         train.main(*train.parse_args([*argv, "--resume_from_checkpoint", "true"]))
     assert "The run is finished" in caplog.text
     assert _files(out) == before

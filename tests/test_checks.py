@@ -1,11 +1,11 @@
-"""Tests for `pacs.checks`: a user's dataset, reward functions and model path are checked before anything is generated.
+"""Tests for `pacs.grpo.checks`: a user's dataset, reward functions and model path are checked before anything is
+generated.
 
 The first part tests the functions on their own. The second part builds `PACSTrainer` on the tiny model and checks that
 each mistake stops the run, with the fix in the message, when the trainer is built or at the start of `train()`, before
 the model generates anything.
 """
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -15,15 +15,9 @@ import pytest
 import torch
 from datasets import Dataset, IterableDataset
 
-from pacs.checks import (
-    MAX_UNLABELED_BATCHES,
-    TRL_REWARD_KWARGS,
-    UnlabeledBatchTracker,
-    check_model_path,
-    check_train_dataset,
-    validate_reward_output,
-    validated_reward_func,
-)
+from pacs._compat import TRL_REWARD_KWARGS
+from pacs.grpo.checks import check_model_path, check_train_dataset
+from pacs.grpo.guards import MAX_UNLABELED_BATCHES
 from pacs.rewards import format_reward, math_reward
 
 
@@ -154,101 +148,6 @@ def test_iterable_dataset():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# validate_reward_output / validated_reward_func
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def test_valid_outputs():
-    import numpy as np
-
-    validate_reward_output("r", [1.0, 0, True, None], 4)
-    validate_reward_output("r", (0.5,), 1)
-    validate_reward_output("r", [np.float32(1.0), torch.tensor(0.0)], 2)
-    validate_reward_output("r", np.array([1.0, 0.0]), 2)
-    validate_reward_output("r", torch.tensor([1.0, 0.0]), 2)
-
-
-@pytest.mark.parametrize(
-    "output, message",
-    [
-        ([1.0, math.nan], r"my_reward returned nan for completion 1 of 2; return None to skip a completion"),
-        ([1.0, math.inf], r"my_reward returned inf for completion 1 of 2"),
-        ([1.0, "1.0"], r"my_reward returned '1.0' \(str\) for completion 1 of 2.*float\(value\)"),
-        ([1.0, [1.0]], r"my_reward returned \[1.0\] \(list\) for completion 1"),
-        (1.0, r"my_reward returned 1.0 instead of a list with one reward per completion \(2 here\)"),
-        ("1", r"my_reward returned '1' instead of a list"),
-        (None, r"my_reward returned None instead of a list"),
-        ([1.0], r"my_reward returned 1 rewards for 2 completions"),
-        (torch.zeros(2, 1), r"my_reward returned \(2, 1\) instead of a list"),
-    ],
-)
-def test_bad_outputs_name_the_function_and_value(output, message):
-    with pytest.raises(ValueError, match=message):
-        validate_reward_output("my_reward", output, 2)
-
-
-def test_wrapper_keeps_name_signature_and_validates():
-    def nan_reward(completions, solution, **kwargs):
-        return [math.nan] * len(completions)
-
-    wrapped = validated_reward_func(nan_reward)
-    assert wrapped.__name__ == "nan_reward" and inspect.signature(wrapped) == inspect.signature(nan_reward)
-    assert validated_reward_func(wrapped) is wrapped  # idempotent
-    with pytest.raises(ValueError, match="nan_reward returned nan for completion 0 of 2"):
-        wrapped(completions=["a", "b"], solution=["1", "2"])
-    assert validated_reward_func(math_reward)(completions=["\\boxed{1}"], solution=["1"]) == [1.0]
-    assert validated_reward_func("org/reward-model") == "org/reward-model"
-
-
-def test_wrapper_keeps_async_functions_async():
-    from trl.trainer.utils import get_callable_name, is_async_callable
-
-    async def judge(completions, **kwargs):
-        return ["yes"] * len(completions)
-
-    wrapped = validated_reward_func(judge)
-    assert is_async_callable(wrapped) and get_callable_name(wrapped) == "judge"
-    with pytest.raises(ValueError, match=r"judge returned 'yes' \(str\)"):
-        asyncio.run(wrapped(completions=["a"]))
-
-
-def test_wrapper_of_partial_and_callable_object_keeps_trl_name():
-    from trl.trainer.utils import get_callable_name
-
-    class Scorer:
-        def __call__(self, completions, **kwargs):
-            return [0.5] * len(completions)
-
-    assert get_callable_name(validated_reward_func(Scorer())) == "Scorer"
-    partial = functools.partial(answer_reward, answer=["x"])
-    assert get_callable_name(validated_reward_func(partial)) == "answer_reward"
-    assert validated_reward_func(partial)(completions=["x"]) == [1.0]
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# UnlabeledBatchTracker
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def test_tracker_warns_every_unlabeled_batch_and_stops_when_it_persists(caplog):
-    tracker = UnlabeledBatchTracker()
-    assert tracker.patience == MAX_UNLABELED_BATCHES == 3
-    with caplog.at_level(logging.WARNING, logger="pacs.checks"):
-        tracker.update(0, 8)
-        tracker.update(0, 8)
-        assert tracker.consecutive == 2 and caplog.text.count("every reward function returned None for all 8") == 2
-        tracker.update(1, 8)  # one label resets the count
-        assert tracker.consecutive == 0
-        tracker.update(0, 8, mode="eval")  # eval batches are counted apart
-        tracker.update(0, 8)
-        tracker.update(0, 8)
-        with pytest.raises(RuntimeError, match=r"3 consecutive train generation batches.*return numbers"):
-            tracker.update(0, 8)
-    with pytest.raises(ValueError, match="patience"):
-        UnlabeledBatchTracker(patience=0)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
 # check_model_path
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -367,7 +266,7 @@ def test_trainer_stops_when_no_completion_ever_gets_a_reward(tiny_model_dir, tmp
     def never(completions, **kwargs):
         return [None] * len(completions)
 
-    with caplog.at_level(logging.WARNING, logger="pacs.checks"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checks"):
         with pytest.raises(RuntimeError, match=f"{MAX_UNLABELED_BATCHES} consecutive train generation batches"):
             _build_and_train(
                 tiny_model_dir,
@@ -564,7 +463,7 @@ def test_environment_resets_that_fit_their_rows_pass():
 
 def test_a_dropped_routing_column_with_a_default_environment_warns(caplog):
     routing = Dataset.from_dict({"prompt": ["a", "b"], "environment": ["counter", None]})
-    with caplog.at_level(logging.WARNING, logger="pacs.checks"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checks"):
         check_train_dataset(
             routing,
             None,

@@ -156,9 +156,9 @@ def test_grpo_recipe_differs_from_pacs_only_in_the_loss(train_qwen):
     pacs_args, grpo_args = pacs[1].to_dict(), grpo[1].to_dict()
     pacs_only = {"pacs_beta", "pacs_reward_proxy", "pacs_score", "pacs_class_weight"}
     pacs_only |= {"pacs_label_transform", "pacs_label_temperature", "pacs_label_offset"}
-    pacs_only |= {"pacs_anchor", "pacs_reference_reset_generations", "pacs_reset_optimizer", "pacs_max_skipped_steps"}
-    pacs_only |= {"pacs_reset_warmup_steps"}
+    pacs_only |= {"pacs_anchor", "pacs_reference_reset_generations", "pacs_reset_optimizer", "pacs_reset_warmup_steps"}
     assert set(pacs_args) - set(grpo_args) == pacs_only
+    assert pacs_args["pacs_max_skipped_steps"] == grpo_args["pacs_max_skipped_steps"]  # the hardened layer's guard
     differing = {k for k in grpo_args if pacs_args[k] != grpo_args[k]}
     # the loss, and what the authors' two verl actors do differently around it: GRPO's dual clip (delta) and
     # gradient clipping (PACS's actor never clips; verl's GRPO clips at 1.0, rescaled for TRL's dr_grpo mean)
@@ -174,10 +174,14 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
 
     _, args, _ = parse_recipe(train_qwen, TINY_RECIPE)
     assert isinstance(args, PACSConfig)
-    # the PACS recipe as the GRPO baseline: TRL's own config, the pacs_* settings dropped
+    # the PACS recipe as the GRPO baseline: TRL's config under the hardened layer, the PACS settings dropped
+    from pacs.grpo import HardenedGRPOConfig
+
     script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo")
-    assert script_args.algorithm == "grpo" and isinstance(args, GRPOConfig) and not isinstance(args, PACSConfig)
-    assert {f.name for f in dataclasses.fields(args)} == {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert script_args.algorithm == "grpo" and isinstance(args, HardenedGRPOConfig) and not isinstance(args, PACSConfig)
+    assert isinstance(args, GRPOConfig)
+    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    assert {f.name for f in dataclasses.fields(args)} == grpo_fields | {"pacs_max_skipped_steps"}
     with pytest.raises(ValueError, match="not_an_argument"):
         parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo", "--not_an_argument", "1")
 
@@ -317,7 +321,7 @@ def test_max_prompt_tokens_drops_long_prompts_counted_with_the_chat_template(tra
     content_only = [len(tokenizer(row["prompt"][-1]["content"])["input_ids"]) for row in dataset]
     assert lengths == sorted(lengths) and all(a > b for a, b in zip(lengths, content_only))
     limit = (lengths[4] + lengths[5]) // 2  # rows 0-4 fit, 5-7 do not
-    with caplog.at_level(logging.INFO, logger="pacs.train"):
+    with caplog.at_level(logging.INFO, logger="pacs.data"):
         kept = train_qwen.drop_long_prompts(dataset, tokenizer, limit)
     assert kept["solution"] == ["0", "2", "4", "6", "8"]
     assert f"max_prompt_tokens={limit}: dropped 3 of 8 training prompts" in caplog.text
@@ -347,7 +351,7 @@ def test_max_prompt_tokens_is_applied_before_training(train_qwen, tiny_model_dir
         seen.update(kwargs)
         raise StopBeforeTraining
 
-    monkeypatch.setattr(train_qwen, "PACSTrainer", fake_trainer)
+    monkeypatch.setitem(train_qwen.ALGORITHMS, "pacs", (fake_trainer, train_qwen.PACSConfig))
     monkeypatch.setattr(train_qwen, "check_training_plan", lambda *args, **kwargs: None, raising=False)
     path = tmp_path / "mixed.jsonl"
     rows = [{"problem": "1 + 1?" + " Very long." * (200 if i % 2 else 0), "answer": "2"} for i in range(6)]
@@ -356,7 +360,7 @@ def test_max_prompt_tokens_is_applied_before_training(train_qwen, tiny_model_dir
         train_qwen, TINY_RECIPE, "--dataset_name", str(path), "--max_prompt_tokens", "200", "--eval_strategy", "no"
     )
     model_args.model_name_or_path = tiny_model_dir
-    with caplog.at_level(logging.INFO, logger="pacs.train"), pytest.raises(StopBeforeTraining):
+    with caplog.at_level(logging.INFO, logger="pacs.data"), pytest.raises(StopBeforeTraining):
         train_qwen.main(script_args, args, model_args)
     assert len(seen["train_dataset"]) == 3 and "dropped 3 of 6 training prompts" in caplog.text
 

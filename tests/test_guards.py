@@ -1,9 +1,15 @@
-"""`pacs.guards`: an optimizer step whose gradient norm is not finite is skipped (weights and optimizer states
+"""`pacs.grpo.guards`: an optimizer step whose gradient norm is not finite is skipped (weights and optimizer states
 untouched), counted in `pacs/skipped_steps`, and the next step trains; too many in a row stop training with an error
 that says what to check. On a plain optimizer, and in `PACSTrainer` with whole groups and with groups split over
-micro-batches; across two processes (DDP) and under DeepSpeed ZeRO-3 (its own skip, counted)."""
+micro-batches; across two processes (DDP) and under DeepSpeed ZeRO-3 (its own skip, counted). The runtime checks of
+the reward functions' outputs and of batches without a single reward follow at the end."""
 
+import asyncio
+import functools
+import inspect
 import json
+import logging
+import math
 from pathlib import Path
 
 import pytest
@@ -12,8 +18,21 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from pacs import PACSTrainer
-from pacs.guards import METRIC, NonFiniteGradientError, NonFiniteGradientGuard
+from pacs.grpo.guards import (
+    MAX_UNLABELED_BATCHES,
+    METRIC,
+    NonFiniteGradientError,
+    NonFiniteGradientGuard,
+    UnlabeledBatchTracker,
+    validate_reward_output,
+    validated_reward_func,
+)
+from pacs.rewards import math_reward
 from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config
+
+
+def answer_reward(completions, answer, **kwargs):
+    return [float(a in c) for c, a in zip(completions, answer)]
 
 
 def parity_reward(completions, **kwargs):
@@ -166,3 +185,115 @@ def test_guard_across_processes_and_under_deepspeed(tiny_model_dir, tmp_path, la
         assert record["finite_params"] and record["nan_step_unchanged"] and record["next_steps_changed"]
         assert record["skipped_steps"] == [0.0, 1.0, 1.0, 1.0]
     assert "Optimizer step 2 skipped" in result.stderr + result.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# validate_reward_output / validated_reward_func
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_valid_outputs():
+    import numpy as np
+
+    validate_reward_output("r", [1.0, 0, True, None], 4)
+    validate_reward_output("r", (0.5,), 1)
+    validate_reward_output("r", [np.float32(1.0), torch.tensor(0.0)], 2)
+    validate_reward_output("r", np.array([1.0, 0.0]), 2)
+    validate_reward_output("r", torch.tensor([1.0, 0.0]), 2)
+
+
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ([1.0, math.nan], r"my_reward returned nan for completion 1 of 2; return None to skip a completion"),
+        ([1.0, math.inf], r"my_reward returned inf for completion 1 of 2"),
+        ([1.0, "1.0"], r"my_reward returned '1.0' \(str\) for completion 1 of 2.*float\(value\)"),
+        ([1.0, [1.0]], r"my_reward returned \[1.0\] \(list\) for completion 1"),
+        (1.0, r"my_reward returned 1.0 instead of a list with one reward per completion \(2 here\)"),
+        ("1", r"my_reward returned '1' instead of a list"),
+        (None, r"my_reward returned None instead of a list"),
+        ([1.0], r"my_reward returned 1 rewards for 2 completions"),
+        (torch.zeros(2, 1), r"my_reward returned \(2, 1\) instead of a list"),
+    ],
+)
+def test_bad_outputs_name_the_function_and_value(output, message):
+    with pytest.raises(ValueError, match=message):
+        validate_reward_output("my_reward", output, 2)
+
+
+def test_wrapper_keeps_name_signature_and_validates():
+    def nan_reward(completions, solution, **kwargs):
+        return [math.nan] * len(completions)
+
+    wrapped = validated_reward_func(nan_reward)
+    assert wrapped.__name__ == "nan_reward" and inspect.signature(wrapped) == inspect.signature(nan_reward)
+    assert validated_reward_func(wrapped) is wrapped  # idempotent
+    with pytest.raises(ValueError, match="nan_reward returned nan for completion 0 of 2"):
+        wrapped(completions=["a", "b"], solution=["1", "2"])
+    assert validated_reward_func(math_reward)(completions=["\\boxed{1}"], solution=["1"]) == [1.0]
+    assert validated_reward_func("org/reward-model") == "org/reward-model"
+
+
+def test_wrapper_keeps_async_functions_async():
+    from trl.trainer.utils import get_callable_name, is_async_callable
+
+    async def judge(completions, **kwargs):
+        return ["yes"] * len(completions)
+
+    wrapped = validated_reward_func(judge)
+    assert is_async_callable(wrapped) and get_callable_name(wrapped) == "judge"
+    with pytest.raises(ValueError, match=r"judge returned 'yes' \(str\)"):
+        asyncio.run(wrapped(completions=["a"]))
+
+
+def test_wrapper_of_partial_and_callable_object_keeps_trl_name():
+    from trl.trainer.utils import get_callable_name
+
+    class Scorer:
+        def __call__(self, completions, **kwargs):
+            return [0.5] * len(completions)
+
+    assert get_callable_name(validated_reward_func(Scorer())) == "Scorer"
+    partial = functools.partial(answer_reward, answer=["x"])
+    assert get_callable_name(validated_reward_func(partial)) == "answer_reward"
+    assert validated_reward_func(partial)(completions=["x"]) == [1.0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# UnlabeledBatchTracker
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_tracker_warns_every_unlabeled_batch_and_stops_when_it_persists(caplog):
+    tracker = UnlabeledBatchTracker()
+    assert tracker.patience == MAX_UNLABELED_BATCHES == 3
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.guards"):
+        tracker.update(0, 8)
+        tracker.update(0, 8)
+        assert tracker.consecutive == 2 and caplog.text.count("every reward function returned None for all 8") == 2
+        tracker.update(1, 8)  # one label resets the count
+        assert tracker.consecutive == 0
+        tracker.update(0, 8, mode="eval")  # eval batches are counted apart
+        tracker.update(0, 8)
+        tracker.update(0, 8)
+        with pytest.raises(RuntimeError, match=r"3 consecutive train generation batches.*return numbers"):
+            tracker.update(0, 8)
+    with pytest.raises(ValueError, match="patience"):
+        UnlabeledBatchTracker(patience=0)
+
+
+def test_wrapper_counts_completions_from_whatever_list_it_is_given():
+    # TRL calls an environment's own reward (`get_reward`) with `environments=` alone: 2 environments are 2 completions
+    def get_reward(environments, **kwargs):
+        return [1.0 for _ in environments]
+
+    wrapped = validated_reward_func(get_reward)
+    assert wrapped(environments=["env0", "env1"]) == [1.0, 1.0]
+    with pytest.raises(ValueError, match="returned 2 rewards for 3 completions"):
+        validated_reward_func(lambda environments, **kw: [1.0, 1.0])(environments=["a", "b", "c"])
+    with pytest.raises(ValueError, match="returned 1 rewards for 2 completions"):
+        validated_reward_func(lambda prompts, **kw: [1.0])(prompts=["p", "q"])
+    # nothing to count from: the count is not checked, every value still is
+    assert validated_reward_func(lambda **kw: [0.0, 1.0])() == [0.0, 1.0]
+    with pytest.raises(ValueError, match=r"returned nan for completion 1; return None"):
+        validated_reward_func(lambda **kw: [0.0, math.nan])()

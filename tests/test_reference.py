@@ -193,7 +193,7 @@ def test_adam_step_count_restarts_at_a_reset(tiny_model_dir, tmp_path, reset_opt
     trainer.add_callback(steps)
     trainer.train()
     assert steps.steps == expected
-    assert trainer._pacs_reference.resets == 2
+    assert trainer._pacs_anchor.resets == 2
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ def test_lora_reference_is_a_snapshot_of_the_adapter(tiny_model_dir, tmp_path):
     trainer = make_trainer(
         tiny_model_dir, tmp_path, peft_config=lora, max_steps=6, learning_rate=0.05, pacs_reference_reset_generations=1
     )
-    anchor = trainer._pacs_reference
+    anchor = trainer._pacs_anchor
     assert anchor.ref_model is None  # no second copy of the base model
     ref_params = [p for n, p in trainer.model.named_parameters() if f".{REF_ADAPTER}." in n]
     assert ref_params and not any(p.requires_grad for p in ref_params)
@@ -234,7 +234,7 @@ def test_lora_reference_is_a_snapshot_of_the_adapter(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("resets,shared", [(0, True), (1, False)])
 def test_kl_reference_is_shared_only_while_both_are_the_initial_model(tiny_model_dir, tmp_path, resets, shared):
     trainer = make_trainer(tiny_model_dir, tmp_path, beta=0.05, pacs_reference_reset_generations=resets)
-    anchor = trainer._pacs_reference
+    anchor = trainer._pacs_anchor
     assert (anchor.ref_model is trainer.ref_model) == shared
     logs = train_logs(trainer)
     assert all("kl" in entry and "pacs/reference_kl" in entry for entry in logs)

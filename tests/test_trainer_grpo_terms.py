@@ -1,4 +1,4 @@
-"""`pacs._grpo_terms` against `GRPOTrainer._compute_loss` on the same batch: the KL term, the entropy bonus (static and
+"""`pacs.grpo.terms` against `GRPOTrainer._compute_loss` on the same batch: the KL term, the entropy bonus (static and
 adaptive, with its controller) and the token metrics PACS re-does must be GRPOTrainer's own."""
 
 import pytest
@@ -7,7 +7,7 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 from pacs import PACSTrainer
-from pacs._grpo_terms import add_grpo_terms, loss_mask
+from pacs.grpo.terms import loss_mask
 from pacs.testing import tiny_pacs_config
 
 
@@ -40,7 +40,7 @@ def hand_made_batch(trainer, B=4, prompt_len=3, completion_len=6):
 
 
 def run_both(trainer, inputs):
-    """(loss, metrics, entropy_coef) of GRPOTrainer's `_compute_loss` and of `add_grpo_terms` on a zero policy loss,
+    """(loss, metrics, entropy_coef) of GRPOTrainer's `_compute_loss` and of `_add_grpo_terms` (`pacs.grpo`) on a zero policy loss,
     each from the same controller state."""
     state = (trainer.entropy_coef, trainer._last_world_entropy, trainer._entropy_window_stats)
     results = []
@@ -55,7 +55,7 @@ def run_both(trainer, inputs):
                 trainer.model, inputs, compute_entropy=True, compute_aux_loss=trainer.aux_loss_enabled
             )
             zero = (logps * 0).sum()
-            loss = add_grpo_terms(trainer, "train", zero, zero, logps, entropies, aux, inputs, loss_mask(inputs))
+            loss = trainer._add_grpo_terms("train", zero, zero, logps, entropies, aux, inputs, loss_mask(inputs))
         loss.backward()
         grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
         metrics = {k: list(v) for k, v in trainer._metrics["train"].items()}

@@ -139,7 +139,7 @@ def test_split_path_matches_with_kl_unscorable_and_truncated_rows(tiny_model_dir
     assert 0 < logs[0]["completions/clipped_ratio"] < 0.5
 
 
-def test_split_path_on_policy_step_needs_no_extra_forward(tiny_model_dir, tmp_path):
+def test_split_path_on_policy_step_needs_no_extra_forward(tiny_model_dir, tmp_path, monkeypatch):
     args = dict(per_device_train_batch_size=1, gradient_accumulation_steps=4, steps_per_generation=8, max_steps=2)
     counts = []
     original = PACSTrainer._per_token_logps
@@ -148,11 +148,8 @@ def test_split_path_on_policy_step_needs_no_extra_forward(tiny_model_dir, tmp_pa
         counts.append(torch.is_grad_enabled())
         return original(self, model, inputs, **kwargs)
 
-    PACSTrainer._per_token_logps = counting
-    try:
-        train(tiny_model_dir, tmp_path, "count", **args)
-    finally:
-        PACSTrainer._per_token_logps = original
+    monkeypatch.setattr(PACSTrainer, "_per_token_logps", counting)
+    train(tiny_model_dir, tmp_path, "count", **args)
     # step 1 (on-policy): 4 forwards with grad; step 2 (off-policy): first 4 without grad for r, then 4 with grad
     assert counts == [True] * 4 + [False] * 4 + [True] * 4
 

@@ -1,4 +1,4 @@
-"""`pacs.vllm_sync` without vLLM: the out-of-place LoRA merge against peft's own merge (through TRL's push), and the
+"""`pacs.grpo.vllm_sync` without vLLM: the out-of-place LoRA merge against peft's own merge (through TRL's push), and the
 weight-sync monitor on hand-made tensors. With the real engine: tests/vllm/test_vllm_sync.py."""
 
 import contextlib
@@ -13,7 +13,8 @@ import torch
 from peft import LoraConfig, get_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
-from pacs import PACSTrainer
+from pacs.grpo import HardenedGRPOTrainer
+from pacs.grpo.vllm_sync import STALE_GAP, SamplingGapMonitor, install_lora_push, iter_merged_params, sampling_gap
 from pacs.testing import (
     ZERO3_CPU_ACCELERATE_CONFIG,
     accelerate_launch,
@@ -21,7 +22,6 @@ from pacs.testing import (
     build_tiny_tokenizer,
     run_launched,
 )
-from pacs.vllm_sync import STALE_GAP, install_lora_push, iter_merged_params, log_sampling_gap, sampling_gap
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_embedding_and_lora_bias_equal_peft_merge(lora):
 def test_dora_keeps_trl_round_trip_and_warns_once(caplog):
     model = _net_lora(torch.float32, target_modules=["proj"], use_dora=True)
     generation = _generation(model)
-    with caplog.at_level(logging.WARNING, logger="pacs.vllm_sync"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.vllm_sync"):
         for _ in range(2):
             pushed = dict(iter_merged_params(generation))
     assert "proj.weight" in pushed
@@ -166,7 +166,7 @@ from trl.distributed import DistributedBackend
 from trl.generation.vllm_generation import VLLMGeneration
 from pacs import PACSTrainer
 from pacs.testing import tiny_pacs_config
-from pacs.vllm_sync import iter_merged_params
+from pacs.grpo.vllm_sync import iter_merged_params
 
 def parity_reward(completions, **kwargs):
     return [float(len(c) % 2) for c in completions]
@@ -230,7 +230,7 @@ def test_drift_benchmark_smoke(capsys):
     runs = bench.main(["--smoke"])["runs"]  # checks itself against peft's merge / unmerge and merged_tensor
     assert len(runs) == 4 and all([row["pushes"] for row in run["rows"]] == [1, 10] for run in runs)
     assert all(run["rows"][-1]["max_abs"] > 0 for run in runs), "TRL's round trip moves bf16 base weights"
-    assert "pacs.vllm_sync" in capsys.readouterr().out
+    assert "pacs.grpo.vllm_sync" in capsys.readouterr().out
 
 
 def test_import_check_names_the_replaced_vllm_method(monkeypatch):
@@ -272,8 +272,15 @@ def _monitored_trainer(correction: bool, trainer_logps=None):
         ),
         _get_per_token_logps_and_entropies=get_logps,
     )
-    trainer._per_token_logps = types.MethodType(PACSTrainer._per_token_logps, trainer)  # the batch as PACS builds it
+    trainer._per_token_logps = types.MethodType(HardenedGRPOTrainer._per_token_logps, trainer)  # the trainer's batch
+    trainer._sampling_monitor = SamplingGapMonitor()
+    trainer._record = types.MethodType(HardenedGRPOTrainer._record, trainer)
     return trainer, calls
+
+
+def log_sampling_gap(trainer, output):
+    """What `HardenedGRPOTrainer._generate_and_score_completions` does with the monitor: log what it returns."""
+    trainer._record("train" if trainer.model.training else "eval", trainer._sampling_monitor(trainer, output))
 
 
 def _output(gap: float, with_trainer_logps: bool = True) -> dict:
@@ -296,7 +303,7 @@ def _stale_warnings(caplog):
 
 def test_monitor_logs_trl_metrics_without_correction_and_stays_quiet_at_bf16_floor(caplog):
     trainer, _ = _monitored_trainer(correction=False)
-    with caplog.at_level(logging.WARNING, logger="pacs.vllm_sync"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.vllm_sync"):
         for _ in range(3):
             log_sampling_gap(trainer, _output(0.01))
     metrics = trainer._metrics["train"]
@@ -307,7 +314,7 @@ def test_monitor_logs_trl_metrics_without_correction_and_stays_quiet_at_bf16_flo
 
 def test_monitor_warns_once_on_stale_weights(caplog):
     trainer, _ = _monitored_trainer(correction=False)
-    with caplog.at_level(logging.WARNING, logger="pacs.vllm_sync"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.vllm_sync"):
         log_sampling_gap(trainer, _output(STALE_GAP / 2))
         assert not _stale_warnings(caplog)
         for _ in range(3):
@@ -321,7 +328,7 @@ def test_monitor_warns_once_on_stale_weights(caplog):
 
 def test_monitor_leaves_metrics_to_trl_when_correcting_but_still_warns(caplog):
     trainer, _ = _monitored_trainer(correction=True)
-    with caplog.at_level(logging.WARNING, logger="pacs.vllm_sync"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.vllm_sync"):
         log_sampling_gap(trainer, _output(0.8))
     assert "sampling/sampling_logp_difference/mean" not in trainer._metrics["train"]  # TRL logged them already
     assert len(_stale_warnings(caplog)) == 1

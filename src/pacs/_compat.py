@@ -1,10 +1,16 @@
-"""What `PACSTrainer` needs from the installed TRL and transformers, and the workarounds for what they lack.
+"""Every fact about the installed TRL 1.16 and transformers that pacs relies on, and the workarounds for what they lack.
 
-Each piece says when it can go:
+One place, so that a TRL upgrade touches one file; each piece says when it can go:
 
-- `check_trl`: the import-time check that TRL has every `GRPOTrainer` hook `PACSTrainer` overrides or calls, and the
-  `VLLMGeneration` method `pacs.vllm_sync` replaces. Keep it as long as PACS overrides private methods; update
-  `_OVERRIDDEN` / `_USED` / `_VLLM_REPLACED` with every new override.
+- `check_trl`: the import-time check that TRL has every `GRPOTrainer` method `HardenedGRPOTrainer` and `PACSTrainer`
+  override or call (`_OVERRIDDEN`, `_USED`) and the `VLLMGeneration` method the LoRA push replaces. Keep it as long as
+  pacs overrides private methods; update the lists with every new override (tests/test_trainer_grpo.py checks them).
+- `TRL_REWARD_KWARGS`, `MULTIMODAL_KEYS`, `GRPO_ONLY_LOSS_SETTINGS`: what `GRPOTrainer` passes to reward functions, to
+  the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss. Update with TRL (the tests
+  compare each with the installed TRL).
+- `replace_method` / `VLLM_PARAM_ITERATOR`: the one instance patch, `VLLMGeneration._iter_named_params` on a trainer's
+  own `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Remove when TRL pushes LoRA weights
+  without merging them in place (TRL #6688).
 - `group_shuffle` / `shuffle_groups`: `GRPOTrainer._prepare_inputs` shuffles the generation batch row by row through
   the module global `shuffle_sequence_dict`; PACS swaps in a group-preserving twin while the parent method runs.
   Remove when TRL shuffles by whole groups itself (or exposes the shuffle as a method to override).
@@ -20,6 +26,7 @@ Each piece says when it can go:
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Sequence
 
 import torch
@@ -31,26 +38,84 @@ from trl.trainer import grpo_trainer as _grpo_module
 
 
 __all__ = [
+    "GRPO_ONLY_LOSS_SETTINGS",
+    "MULTIMODAL_KEYS",
+    "VLLM_PARAM_ITERATOR",
+    "TRL_REWARD_KWARGS",
     "activation_checkpointing_field",
     "check_trl",
     "group_shuffle",
     "no_router_logits",
     "prefer_activation_checkpointing",
+    "replace_method",
     "shuffle_groups",
 ]
 
+TRL_REWARD_KWARGS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+"""Keywords TRL 1.16's `GRPOTrainer._calculate_rewards` passes to every reward function, besides the dataset columns
+(`environments` only with an `environment_factory`)."""
+
+GRPO_ONLY_LOSS_SETTINGS = (
+    "loss_type",
+    "epsilon",
+    "epsilon_high",
+    "delta",
+    "scale_rewards",
+    "importance_sampling_level",
+    "multi_objective_aggregation",
+    "top_entropy_quantile",
+    "off_policy_mask_threshold",
+    "sapo_temperature_neg",
+    "sapo_temperature_pos",
+    "vespo_k_pos",
+    "vespo_lambda_pos",
+    "vespo_k_neg",
+    "vespo_lambda_neg",
+)
+"""TRL 1.16's `GRPOConfig` settings that only shape GRPO's clipped surrogate loss or the advantages it is fed.
+`PACSTrainer` replaces that loss and uses the rewards as labels, so these have no effect there; a user who changed one
+is warned rather than silently ignored. (The entropy bonus, `entropy_coef` and `use_adaptive_entropy`, is added to the
+PACS loss as in GRPO.) Update with every TRL release that adds a GRPO loss setting."""
+
+MULTIMODAL_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+"""TRL 1.16's optional forward inputs (vision-language models) that `GRPOTrainer._compute_loss` passes to the model;
+update with TRL."""
+
 _TRL_RANGE = (Version("1.15"), Version("2"))
-_OVERRIDDEN = (
+_OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class (tests/test_trainer_grpo.py)
     "_calculate_rewards",
     "_generate_and_score_completions",
     "_generate_single_turn",
-    "_prepare_inputs",
-    "_compute_loss",
     "_save_checkpoint",
     "_load_optimizer_and_scheduler",
+    "_prepare_inputs",
+    "_compute_loss",
 )
 _USED = ("_get_per_token_logps_and_entropies",)
-_VLLM_REPLACED = ("_iter_named_params",)  # the LoRA push without drift (`pacs.vllm_sync.iter_merged_params`)
+VLLM_PARAM_ITERATOR = "_iter_named_params"
+"""The `VLLMGeneration` method the LoRA push without drift replaces (`pacs.grpo.vllm_sync.iter_merged_params`)."""
+_VLLM_REPLACED = (VLLM_PARAM_ITERATOR,)
+
+
+def replace_method(instance, name: str, function) -> None:
+    """Bind `function` as `instance.name`, on this one instance (its class and every other instance keep theirs).
+    The one instance patch pacs makes: `VLLMGeneration._iter_named_params` (see the module docstring)."""
+    if not callable(getattr(type(instance), name, None)):
+        raise AttributeError(f"{type(instance).__name__} has no method {name!r} to replace; see pacs._compat.")
+    setattr(instance, name, types.MethodType(function, instance))
 
 
 def activation_checkpointing_field() -> str:
@@ -68,7 +133,7 @@ def activation_checkpointing_field() -> str:
 def prefer_activation_checkpointing(args) -> None:
     """Move `gradient_checkpointing(_kwargs)` to `activation_checkpointing(_kwargs)` where the installed transformers
     has the new names, before `TrainingArguments.__post_init__` (which then mirrors the value back to the old name, so
-    code reading either sees it). Called by `PACSConfig.__post_init__`; a no-op on older transformers."""
+    code reading either sees it). Called by `HardenedGRPOConfig.__post_init__`; a no-op on older transformers."""
     for old, new in (
         ("gradient_checkpointing", "activation_checkpointing"),
         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
@@ -79,7 +144,8 @@ def prefer_activation_checkpointing(args) -> None:
 
 
 def check_trl() -> None:
-    """Fail at import, with a fix, if the installed TRL lacks what `PACSTrainer` overrides or calls."""
+    """Fail at import, with a fix, if the installed TRL lacks what `HardenedGRPOTrainer` or `PACSTrainer` overrides or
+    calls."""
     version = Version(trl.__version__)
     missing = [name for name in _OVERRIDDEN + _USED if not callable(getattr(GRPOTrainer, name, None))]
     missing += [f"VLLMGeneration.{n}" for n in _VLLM_REPLACED if not callable(getattr(VLLMGeneration, n, None))]

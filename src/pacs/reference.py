@@ -38,7 +38,7 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 
-from ._grpo_terms import logps_without_grad, per_token_kl, token_mean
+from .grpo.terms import logps_without_grad, per_token_kl, token_mean
 
 
 logger = logging.getLogger(__name__)
@@ -280,6 +280,25 @@ class ReferenceAnchor:
             output[LOGPS_KEY] = logps_without_grad(trainer, self.ref_model, output, batch_size)
         return output
 
+    # the interface of every anchor (see `RolloutAnchor`) ---------------------------------------------------------
+    def logps(self, inputs: dict) -> torch.Tensor:
+        """pi_ref's log-probs `(B, T)` of the batch's completion tokens (never `None`: r is never exactly 0)."""
+        return inputs[LOGPS_KEY]
+
+    def proxy_is_zero(self, inputs: dict, on_policy: bool) -> bool:
+        return False
+
+    def metrics(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> dict[str, float]:
+        """`pacs/reference_kl` (k3 estimate of KL(pi_theta || pi_ref) on the sampled tokens) and
+        `pacs/reference_resets`, for each training micro-batch."""
+        kl = per_token_kl(per_token_logps.detach(), inputs[LOGPS_KEY], None, bias_correction=False)  # (B, T)
+        kl_mean = token_mean(self.trainer.accelerator, kl, mask)
+        return {"pacs/reference_kl": kl_mean, "pacs/reference_resets": float(self.resets)}
+
+    def callbacks(self) -> list[TrainerCallback]:
+        """The re-warmup at each optimizer step's start, with `pacs_reset_warmup_steps`."""
+        return [_RewarmupCallback(self)] if self.warmup else []
+
     # checkpoints ----------------------------------------------------------------------------------------------
     def state(self) -> dict:
         return {"generations": self.generations, "resets": self.resets, "every": self.every}
@@ -350,69 +369,54 @@ class _RewarmupCallback(TrainerCallback):
         self.anchor.apply_rewarmup()
 
 
-class AnchorHooks:
-    """`PACSTrainer`'s hooks for the reward proxy's anchor (`pacs_anchor`), a mixin listed before `CheckpointHooks`.
+class RolloutAnchor:
+    """`pacs_anchor="rollout"`: the reward proxy's log-ratio is taken against pi_old, the policy that sampled each
+    generation (the authors' code): `None` on-policy, where r detaches and is exactly 0. Keeps no state.
 
-    - `_anchor_logps` / `_proxy_is_zero`: what r's log-ratio is taken against, for the whole-group loss and the split
-      path's coefficients (`pacs.split`): pi_old (`"rollout"`; `None` on-policy, where r detaches and is exactly 0) or
-      pi_ref (`"reference"`, never exactly 0).
-    - With `"reference"`: the reset schedule runs before each training generation, and pi_ref's log-probabilities
-      join the generation batch right after it is scored (before the split path's row exchange, which carries them
-      like every other per-row tensor); checkpoints carry the anchor; `pacs/reference_resets` and
-      `pacs/reference_kl` (k3 estimate of KL(pi_theta || pi_ref) on the sampled tokens) are logged every micro-batch.
+    The interface every anchor has (`PACSTrainer` and `pacs.split` read only this): `logps(inputs)`,
+    `proxy_is_zero(inputs, on_policy)`, `at_policy`, `before_generation()`, `after_generation(output)`,
+    `metrics(per_token_logps, inputs, mask)`, `callbacks()`, `save(folder)`, `load(checkpoint)`.
     """
 
-    _pacs_reference: ReferenceAnchor | None = None
+    at_policy = False  # the fresh ranking is logged on every first step (0.5 there: psi == 0 on-policy)
 
-    def _init_reference_anchor(self) -> None:
-        if self.args.pacs_anchor == "reference":
-            self._pacs_reference = ReferenceAnchor(self)
-            if self.args.pacs_reset_warmup_steps:
-                self.add_callback(_RewarmupCallback(self._pacs_reference))
+    def __init__(self, trainer):
+        self.args = trainer.args
 
-    def _anchor_at_policy(self) -> bool:
-        """pi_ref equalled the policy when the current generation started (the first generation, or one after a
-        reset): psi == 0 on its first optimizer step by construction."""
-        return self._pacs_reference is not None and self._pacs_reference.at_policy
-
-    def _anchor_logps(self, inputs) -> torch.Tensor | None:
+    def logps(self, inputs: dict) -> torch.Tensor | None:
         """The log-probs `(B, T)` the reward proxy r compares the policy with; `None`: on-policy, r detaches."""
-        if self._pacs_reference is not None:
-            return inputs[LOGPS_KEY]
         return inputs.get("old_per_token_logps")
 
-    def _proxy_is_zero(self, inputs, on_policy: bool) -> bool:
+    def proxy_is_zero(self, inputs: dict, on_policy: bool) -> bool:
         """r is exactly 0 on this split-path step, so its coefficients need no forward."""
-        if self._pacs_reference is not None or self.args.pacs_reward_proxy != "log_ratio":
-            return False
-        return on_policy or self._anchor_logps(inputs) is None
+        return self.args.pacs_reward_proxy == "log_ratio" and (on_policy or self.logps(inputs) is None)
 
-    def _generate_and_score_completions(self, inputs):
-        anchor = self._pacs_reference
-        if anchor is None or not self.model.training:  # evaluation keeps psi == 0 (see PACSTrainer._compute_loss)
-            return super()._generate_and_score_completions(inputs)
-        anchor.before_generation()
-        return anchor.after_generation(super()._generate_and_score_completions(inputs))
+    def before_generation(self) -> None:
+        pass
 
-    def _log_anchor_metrics(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> None:
-        if self._pacs_reference is None:
-            return
-        kl = per_token_kl(per_token_logps.detach(), inputs[LOGPS_KEY], None, bias_correction=False)  # (B, T)
-        metrics = self._metrics["train"]
-        metrics["pacs/reference_kl"].append(token_mean(self.accelerator, kl, mask))
-        metrics["pacs/reference_resets"].append(float(self._pacs_reference.resets))
+    def after_generation(self, output: dict) -> dict:
+        return output
 
-    def _save_extra_state(self, folder: str) -> None:
-        super()._save_extra_state(folder)
-        if self._pacs_reference is not None:
-            self._pacs_reference.save(folder)
+    def metrics(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> dict[str, float]:
+        return {}
 
-    def _load_extra_state(self, checkpoint: str) -> None:
-        super()._load_extra_state(checkpoint)
-        if self._pacs_reference is not None:
-            self._pacs_reference.load(checkpoint)
+    def callbacks(self) -> list[TrainerCallback]:
+        return []
+
+    def save(self, folder: str) -> None:
+        pass
+
+    def load(self, checkpoint: str) -> None:
+        pass
+
+
+def make_anchor(trainer) -> RolloutAnchor | ReferenceAnchor:
+    """The anchor `trainer.args.pacs_anchor` names, for `PACSTrainer.__init__` (after `GRPOTrainer.__init__`: the
+    reference anchor builds pi_ref beside the model)."""
+    return ReferenceAnchor(trainer) if trainer.args.pacs_anchor == "reference" else RolloutAnchor(trainer)
 
 
 __all__ = [
-    "LOGPS_KEY", "AnchorHooks", "ReferenceAnchor", "optimizer_step_count", "reset_optimizer_states", "rewarmup_factor"
+    "LOGPS_KEY", "ReferenceAnchor", "RolloutAnchor", "make_anchor", "optimizer_step_count", "reset_optimizer_states",
+    "rewarmup_factor",
 ]  # fmt: skip

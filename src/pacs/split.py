@@ -20,8 +20,9 @@ import math
 
 import torch
 
-from ._grpo_terms import MULTIMODAL_KEYS, logps_without_grad, loss_mask
+from ._compat import MULTIMODAL_KEYS
 from .critic import first_step_of_generation
+from .grpo.terms import logps_without_grad, loss_mask
 from .loss import compute_reward_proxy, pacs_coefficients
 
 
@@ -133,12 +134,12 @@ def step_batches(trainer, inputs: dict) -> tuple[list[dict], bool] | None:
 
 def _reward_proxy_without_grad(trainer, batch: dict, mask: torch.Tensor, on_policy: bool) -> torch.Tensor:
     # r of the batch under the current policy, (B,): exactly 0 without a forward where the policy is the anchor
-    if trainer._proxy_is_zero(batch, on_policy):
+    if trainer._pacs_anchor.proxy_is_zero(batch, on_policy):
         return torch.zeros(mask.size(0), device=mask.device)
     with trainer.compute_loss_context_manager():  # as the loss's own forward: r must equal the loss's r
         logps = logps_without_grad(trainer, trainer.model, batch)
     args = trainer.args
-    return compute_reward_proxy(logps, trainer._anchor_logps(batch), mask, args.pacs_beta, args.pacs_reward_proxy)
+    return compute_reward_proxy(logps, trainer._pacs_anchor.logps(batch), mask, args.pacs_beta, args.pacs_reward_proxy)
 
 
 def _whole_groups(accelerator, rows: dict[str, torch.Tensor], num_generations: int) -> dict[str, torch.Tensor]:
@@ -162,7 +163,7 @@ def attach_step_coefficients(trainer, batches: list[dict], on_policy: bool) -> N
     (`pacs_coef`, `(B,)`) and the step's PACS loss (`pacs_step_loss`, `()`), and log the critic over those groups.
 
     1. r of every row of the step on this process: exactly 0 on the first optimizer step after a generation with the
-       log-ratio proxy (`trainer._proxy_is_zero`), else one forward without grad per micro-batch; 2. gather r, labels
+       log-ratio proxy (`trainer._pacs_anchor.proxy_is_zero`), else one forward without grad per micro-batch; 2. gather r, labels
        and weights of all processes into whole groups (`pacs_index`); 3. c in closed form (`pacs_coefficients`) over
        all rows of the step, normalised by their number as the whole-group path is.
     """

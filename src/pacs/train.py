@@ -1,11 +1,11 @@
-"""`pacs train`: train with PACS (arXiv:2509.02522), or the GRPO baseline, from a YAML recipe, as `trl grpo` does.
+"""`pacs train`: train with PACS (arXiv:2509.02522), or hardened GRPO, from a YAML recipe, as `trl grpo` does.
 
 Every run is `--config RECIPE` plus command-line overrides (`--learning_rate 2e-6`, `--max_steps 10`, ...). A recipe
 is a shipped one by name (`pacs recipes` lists them) or a YAML file by path (a path that exists wins). Its keys are
-the fields of [`ScriptArguments`] below, of `pacs.PACSConfig` (TRL's `GRPOConfig` for `algorithm: grpo`) and of TRL's
-`ModelConfig`, parsed by `TrlParser`, so `--config`, the help texts and the recipes come from one definition; plus
-the launch keys: `accelerate_config` and the options of `accelerate launch` (`--num_processes 4`, ...). Any other key
-is an error that names the closest valid ones.
+the fields of [`ScriptArguments`] below, of `pacs.PACSConfig` (`pacs.grpo.HardenedGRPOConfig` for `algorithm: grpo`)
+and of TRL's `ModelConfig`, parsed by `TrlParser`, so `--config`, the help texts and the recipes come from one
+definition; plus the launch keys: `accelerate_config` and the options of `accelerate launch` (`--num_processes 4`,
+...). Any other key is an error that names the closest valid ones.
 
 How it launches (TRL's convention, `trl grpo`): when the recipe or the command line names an `accelerate_config`
 (a shipped one by name: `zero3`, `zero2`, `ddp`, `zero3_multinode`, `zero3_hostfile`; or a path), `pacs train` runs
@@ -41,22 +41,25 @@ import difflib
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
+from trl import GRPOConfig, ModelConfig, TrlParser, get_peft_config
 
 from pacs import PACSConfig, PACSTrainer
-from pacs._compat import prefer_activation_checkpointing
-from pacs.checkpoints import train_unless_finished
-from pacs.checks import check_model_path, check_train_dataset
-from pacs.data import PROMPT_SUFFIX, SYSTEM_PROMPT, load_benchmark, load_train_dataset
+from pacs.data import PROMPT_SUFFIX, SYSTEM_PROMPT, drop_long_prompts, load_benchmark, load_train_dataset
+from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
+from pacs.grpo.checkpoints import train_unless_finished
+from pacs.grpo.checks import check_model_path
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes import resolve_accelerate_config, resolve_recipe
 from pacs.rewards import get_reward_funcs
 
 
 logger = logging.getLogger(__name__)
+
+ALGORITHMS = {"pacs": (PACSTrainer, PACSConfig), "grpo": (HardenedGRPOTrainer, HardenedGRPOConfig)}
+"""`algorithm` -> (trainer, its config): PACS, or the same hardened layer with GRPO's own loss (the baseline)."""
 
 
 @dataclass
@@ -68,8 +71,9 @@ class ScriptArguments:
     Args:
         algorithm (`str`, *optional*, defaults to `"pacs"`):
             `"pacs"` trains with [`pacs.PACSTrainer`] and parses the training arguments as [`pacs.PACSConfig`];
-            `"grpo"` trains with TRL's `GRPOTrainer` and parses them as TRL's `GRPOConfig` (no `pacs_*` fields),
-            for side-by-side baselines.
+            `"grpo"` trains with [`pacs.grpo.HardenedGRPOTrainer`] (TRL's `GRPOTrainer` and its loss, with the same
+            checks, guards and checkpoints as PACS) and parses them as [`pacs.grpo.HardenedGRPOConfig`] (TRL's
+            `GRPOConfig` plus `pacs_max_skipped_steps`), for side-by-side baselines.
         dataset_name (`str`, *optional*, defaults to `"math_train"`):
             Training set: `"math_train"` (bundled, offline), `"deepscaler"` (hub), or a local `.jsonl`, `.json` or
             `.parquet` file. Loaded with `pacs.data.load_train_dataset`.
@@ -116,7 +120,7 @@ class ScriptArguments:
     algorithm: str = field(
         default="pacs",
         metadata={
-            "help": "`pacs` (PACSTrainer) or `grpo` (TRL's GRPOTrainer, for baselines).",
+            "help": "`pacs` (PACSTrainer) or `grpo` (HardenedGRPOTrainer: GRPO's loss, for baselines).",
             "choices": ["pacs", "grpo"],
         },
     )
@@ -205,37 +209,6 @@ def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
     return train_dataset, eval_dataset
 
 
-def drop_long_prompts(dataset, tokenizer, max_prompt_tokens: int, chat_template_kwargs: dict | None = None):
-    """`dataset` without the rows whose prompt is longer than `max_prompt_tokens` tokens, counted as GRPOTrainer
-    tokenizes it (conversations: the chat template with the generation prompt, as in its `_tokenize_prompts`)."""
-    if max_prompt_tokens < 1:
-        raise ValueError(
-            f"max_prompt_tokens must be at least 1 (or unset to keep every prompt), got {max_prompt_tokens}."
-        )
-    lengths = []
-    for start in range(0, len(dataset), 1024):
-        prompts = dataset[start : start + 1024]["prompt"]
-        if isinstance(prompts[0], str):
-            ids = tokenizer(text=prompts)["input_ids"]
-        else:
-            ids = tokenizer.apply_chat_template(
-                conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
-                **(chat_template_kwargs or {}),
-            )["input_ids"]  # fmt: skip
-        lengths += [len(x) for x in ids]
-    keep = [i for i, n in enumerate(lengths) if n <= max_prompt_tokens]
-    logger.info(
-        "max_prompt_tokens=%d: dropped %d of %d training prompts (longest: %d tokens, chat template applied)",
-        max_prompt_tokens, len(dataset) - len(keep), len(dataset), max(lengths, default=0),
-    )  # fmt: skip
-    if not keep:
-        raise ValueError(
-            f"Every training prompt is longer than max_prompt_tokens={max_prompt_tokens} tokens (the shortest has "
-            f"{min(lengths, default=0)}); raise --max_prompt_tokens or leave it unset."
-        )
-    return dataset if len(keep) == len(dataset) else dataset.select(keep)
-
-
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
     """Train in this process: the checks, the data and rewards, the trainer, `train()`, the saved model."""
     if model_args.model_name_or_path is None:
@@ -259,16 +232,10 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
     training_args.model_init_kwargs = model_init_kwargs
 
     # 2. Data and rewards: the prompts are conversational and the gold answers sit in the `solution` column,
-    # which TRL hands to every reward function as a keyword argument.
+    # which TRL hands to every reward function as a keyword argument. The trainer checks them against each other
+    # before the model loads (`pacs.grpo.checks`).
     train_dataset, eval_dataset = load_datasets(script_args, training_args)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
-    # before the model loads: a missing column or an empty set is an error that names the fix (PACSTrainer runs this
-    # check itself, before it loads the model; the GRPO baseline's trainer does not)
-    for name, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-        if script_args.algorithm != "pacs":
-            check_train_dataset(
-                dataset, reward_funcs, name=name, remove_unused_columns=training_args.remove_unused_columns
-            )
     if script_args.max_prompt_tokens is not None:  # the paper filters overlong prompts before training
         from transformers import AutoTokenizer
 
@@ -281,8 +248,8 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
             train_dataset, tokenizer, script_args.max_prompt_tokens, training_args.chat_template_kwargs
         )
 
-    # 3. The trainer: PACS, or the GRPO baseline on identical arguments.
-    trainer_cls = PACSTrainer if script_args.algorithm == "pacs" else GRPOTrainer
+    # 3. The trainer: PACS, or the GRPO baseline on identical arguments and the same hardened layer.
+    trainer_cls, _ = ALGORITHMS[script_args.algorithm]
     trainer = trainer_cls(
         model=model_args.model_name_or_path,
         reward_funcs=reward_funcs,
@@ -292,9 +259,12 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
         peft_config=get_peft_config(model_args),
     )
     _log_run(trainer, script_args.algorithm, len(train_dataset))
+    _train_and_save(trainer, script_args, training_args)
 
+
+def _train_and_save(trainer, script_args: ScriptArguments, training_args: GRPOConfig) -> None:
     # 4. Train, resuming if asked (`--resume_from_checkpoint true`: the newest complete checkpoint in output_dir); a
-    #    run whose checkpoint is already at max_steps trains nothing and keeps its final model (pacs.checkpoints).
+    #    run whose checkpoint is already at max_steps trains nothing and keeps its final model (pacs.grpo.checkpoints).
     trained = train_unless_finished(trainer, training_args.resume_from_checkpoint)
 
     # 5. Save (LoRA: the adapter; ZeRO-3: the gathered 16-bit weights) and push like any TRL script.
@@ -333,19 +303,9 @@ LAUNCH_KEY = "--accelerate_config"  # TRL's key (trl/cli/accelerate_config.py): 
 NOT_LAUNCH_OPTIONS = {"--module", "--no_python", "--no-python", "--help", "--config_file", "--config-file"}
 
 
-@dataclass
-class GRPOBaselineConfig(GRPOConfig):
-    """TRL's `GRPOConfig` for `--algorithm grpo`, unchanged except that `gradient_checkpointing` (its default and the
-    recipes' key) goes to transformers 5's `activation_checkpointing` before it warns (`pacs._compat`)."""
-
-    def __post_init__(self):
-        prefer_activation_checkpointing(self)
-        super().__post_init__()
-
-
 def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
     return TrlParser(
-        (ScriptArguments, PACSConfig if algorithm == "pacs" else GRPOBaselineConfig, ModelConfig),
+        (ScriptArguments, ALGORITHMS[algorithm][1], ModelConfig),
         prog=prog,
         allow_abbrev=False,  # `--num_generation` is a typo to name, not an abbreviation of `--num_generations`
         epilog="Launch keys (recipe or command line): --accelerate_config NAME_OR_PATH (shipped: zero3, zero2, ddp, "
@@ -410,10 +370,10 @@ def _unknown_keys_error(unknown: list[tuple[str, str]], parser: TrlParser, launc
 
 
 def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Recipe:
-    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks `PACSConfig` or `GRPOConfig`.
+    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`ALGORITHMS`).
 
     Keys that are neither training arguments nor launch keys are an error naming the closest valid keys; a PACS
-    recipe run as the GRPO baseline (`--algorithm grpo`) drops its `pacs_*` settings with a warning.
+    recipe run as the GRPO baseline (`--algorithm grpo`) drops the PACS settings its config lacks with a warning.
     """
     argv = _resolve_config_argument(sys.argv[1:] if argv is None else argv)
     algorithm = "pacs"
@@ -422,6 +382,7 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
         script_args, _ = first.parse_args_and_config(argv, return_remaining_strings=True)
         algorithm = script_args.algorithm
     parser = make_parser(algorithm, prog)
+    not_here = {f"--{f.name}" for f in fields(PACSConfig)} - {f"--{f.name}" for f in fields(ALGORITHMS[algorithm][1])}
     *parsed, from_recipe, from_cli = parser.parse_args_and_config(
         argv, return_remaining_strings=True, separate_remaining_strings=True
     )
@@ -435,7 +396,7 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
                 else:
                     recipe.launch_args += tokens
                 cli_launch += tokens if where == "on the command line" else []
-            elif algorithm != "pacs" and key.startswith("--pacs_"):
+            elif key in not_here:  # a PACS setting, in a recipe run as the GRPO baseline
                 dropped += tokens
             else:
                 unknown.append((key, where))

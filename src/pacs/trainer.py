@@ -1,25 +1,24 @@
-"""`PACSTrainer`: TRL's `GRPOTrainer` with the PACS loss.
+"""`PACSTrainer`: the PACS loss on `HardenedGRPOTrainer` (TRL's `GRPOTrainer`, hardened: `pacs.grpo`).
 
 PACS (https://arxiv.org/abs/2509.02522) treats RLVR as supervised learning: the verifiable reward of each completion
 is a label, and the policy's own group-relative log-ratio score $\\psi$ is the logit that predicts it, so the policy
 is actor and critic at once (see `pacs.loss`).
 
 The only change w.r.t. `GRPOTrainer` is the loss; generation (transformers, vLLM colocate or server), reward
-functions, reference model / KL, PEFT, DeepSpeed and logging are inherited unchanged. Three narrow overrides carry what
-the loss needs:
+functions, reference model / KL, PEFT, DeepSpeed and logging are inherited unchanged, and the checks, guards,
+checkpoints and vLLM hardening come from `HardenedGRPOTrainer`. PACS extends that layer's named points and overrides
+two TRL methods no other class overrides:
 
-1. `_calculate_rewards` keeps each completion's label (the `reward_weights`-weighted sum of the reward functions,
-   each mapped by `pacs_label_transform`), checked to lie in [0, 1]; `_generate_and_score_completions` attaches this
-   process's slice of the labels.
+1. `_check_args` settles the split path's layout before the model loads; `_after_rewards` keeps each completion's
+   label (the `reward_weights`-weighted sum of the reward functions, each mapped by `pacs_label_transform`), checked
+   to lie in [0, 1]; `_before_generation` / `_after_scoring` run the anchor (`pacs.reference`), attach this process's
+   slice of the labels and, on the split path, exchange rows.
 2. `_prepare_inputs` shuffles the generation batch by whole groups instead of by rows, so that a micro-batch (or,
    when `per_device_train_batch_size` is not a multiple of `num_generations`, an optimizer step) holds whole groups;
    on that split path it also attaches each optimizer step's closed-form whole-group coefficients (`pacs.split`).
 3. `_compute_loss` evaluates `pacs_loss` (or, on the split path, backpropagates sum_i c_i r_i: the exact whole-group
-   gradient), adds TRL's KL term, entropy bonus and auxiliary loss (`pacs._grpo_terms`), and logs the implicit critic.
-
-The user's data, reward functions and model path are checked before anything loads or generates (`pacs.checks`).
-Checkpoints are crash-safe and exact to resume mid-generation (`pacs.checkpoints.CheckpointHooks`). What PACS needs
-from TRL is checked at import, and the workarounds for what it lacks live in `pacs._compat`.
+   gradient), adds TRL's KL term, entropy bonus and auxiliary loss (`_add_grpo_terms`), and logs the implicit critic.
+4. `_save_extra_state` / `_load_extra_state`: the anchor's state rides in every checkpoint.
 """
 
 from __future__ import annotations
@@ -28,34 +27,19 @@ import contextlib
 
 import torch
 import torch.nn.functional as F
-from trl import GRPOTrainer
 
-from ._compat import check_trl, group_shuffle, no_router_logits, shuffle_groups
-from ._grpo_terms import add_grpo_terms, forward_inputs, loss_mask
-from .checkpoints import CheckpointHooks
-from .checks import (
-    UnlabeledBatchTracker,
-    check_eval_batch,
-    check_model_path,
-    check_train_dataset,
-    check_trainer_args,
-    label_range_error,
-    validated_reward_func,
-)
+from ._compat import group_shuffle, shuffle_groups
 from .config import PACSConfig
 from .critic import CriticTally, critic_metrics, first_step_of_generation, ranking_sums
-from .guards import NonFiniteGradientGuard
-from .labels import reward_to_label
+from .grpo.terms import loss_mask
+from .grpo.trainer import HardenedGRPOTrainer
+from .labels import label_range_error, reward_to_label
 from .loss import compute_reward_proxy, pacs_loss
-from .reference import AnchorHooks
+from .reference import make_anchor
 from .split import attach_step_coefficients, exchange_order, exchange_rows, split_layout, step_batches
-from .vllm_sync import install_lora_push, log_sampling_gap
 
 
-check_trl()
-
-
-class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
+class PACSTrainer(HardenedGRPOTrainer):
     """
     Trainer for PACS, implicit actor-critic coupling via a supervised learning framework for RLVR.
 
@@ -64,8 +48,9 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
     $r_i = \\beta \\sum_t (\\log \\pi_\\theta - \\log \\pi_{old})$. On an on-policy step the gradient is RLOO's; on the
     further optimizer steps of the same rollout the implicit critic's calibration term kicks in.
 
-    The only change w.r.t. [`~trl.GRPOTrainer`] is the loss; everything else is inherited unchanged. Takes the same
-    arguments as `GRPOTrainer`, with `args` a [`PACSConfig`].
+    The only change w.r.t. [`~trl.GRPOTrainer`] is the loss; everything else is inherited unchanged, with the checks,
+    guards and checkpoints of [`~pacs.grpo.HardenedGRPOTrainer`]. Takes the same arguments as `GRPOTrainer`, with
+    `args` a [`PACSConfig`].
 
     Example:
 
@@ -85,6 +70,7 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
     """
 
     _tag_names = ["trl", "pacs"]
+    _config_class = PACSConfig
     _name = "PACS"
     _paper = {  # the model card (TRL's `create_model_card`) cites this paper, not GRPO's
         "title": "Implicit Actor Critic Coupling via a Supervised Learning Framework for RLVR",
@@ -102,90 +88,56 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
     }
 
     def __init__(self, model, reward_funcs=None, args: PACSConfig | None = None, **kwargs):
-        if isinstance(model, str):
-            check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
-        args = check_trainer_args(model, args)
         self._pacs_labels: torch.Tensor | None = None  # (B_global,) labels of the last scored generation batch
         self._pacs_scorable: torch.Tensor | None = None  # (B_global,) False where every reward function gave None
-        # Split path (a micro-batch holds part of a group): where the rows of an optimizer step live, see `pacs.split`
-        self._pacs_layout = None
+        self._pacs_layout = None  # split path: where the rows of an optimizer step live (`_check_args`)
+        super().__init__(model, reward_funcs, args=args, **kwargs)  # the checks, `_check_args`, GRPOTrainer
+        self._critic_tally = CriticTally()  # the within-group ranking, pooled over an optimizer step
+        self._pacs_anchor = make_anchor(self)  # pi_old, or pi_ref and its resets (`pacs_anchor`, `pacs.reference`)
+        for callback in self._pacs_anchor.callbacks():
+            self.add_callback(callback)
+
+    def _check_args(self, args: PACSConfig) -> None:
+        # Split path (a micro-batch holds part of a group), see `pacs.split`; refused before the model loads
         if args.per_device_train_batch_size % args.num_generations != 0:
             self._pacs_layout = split_layout(
                 args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation,
                 args.world_size, args.num_generations,
             )  # fmt: skip
-        # The user's data against the reward functions, before the model loads or anything is generated
-        for name in ("train_dataset", "eval_dataset"):
-            data = kwargs.get(name)
-            for key, dataset in data.items() if isinstance(data, dict) else [(None, data)]:
-                check_train_dataset(
-                    dataset, reward_funcs, name=name if key is None else f"{name}[{key!r}]",
-                    remove_unused_columns=args.remove_unused_columns, rollout_func=kwargs.get("rollout_func"),
-                    environment_factory=kwargs.get("environment_factory"),
-                )  # fmt: skip
-        super().__init__(model, reward_funcs, args=args, **kwargs)
-        # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
-        self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
-        self._unlabeled_batches = UnlabeledBatchTracker()
-        self._critic_tally = CriticTally()  # the within-group ranking, pooled over an optimizer step
-        self._init_reference_anchor()  # pacs_anchor="reference": pi_ref and its resets (`pacs.reference`)
-        install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
-
-    def create_optimizer(self, *args, **kwargs):
-        # a step whose gradient norm is not finite is skipped and counted, not applied (`pacs.guards`)
-        optimizer = super().create_optimizer(*args, **kwargs)
-        NonFiniteGradientGuard.install(self, optimizer, self.args.pacs_max_skipped_steps)
-        return optimizer
 
     @property
     def _pacs_split(self) -> bool:
         """A micro-batch holds part of a group (see `pacs.split`)."""
         return self._pacs_layout is not None
 
-    def evaluate(self, *args, **kwargs):
-        W, G = self.accelerator.num_processes, self.num_generations_eval
-        check_eval_batch(self.args.per_device_eval_batch_size, W, G)  # TRL's eval advantages need whole groups
-        return super().evaluate(*args, **kwargs)
+    # 1. labels, the anchor, the rows of this process (HardenedGRPOTrainer's extension points) ----------------------
+    def _before_generation(self) -> None:
+        if self.model.training:  # evaluation keeps psi == 0 (see `_compute_loss`)
+            self._pacs_anchor.before_generation()  # a reference reset, when the schedule says so
 
-    def _generate_single_turn(self, *args, **kwargs):
-        with no_router_logits(self.model):  # MoE generation with router logits fails (see `pacs._compat`)
-            return super()._generate_single_turn(*args, **kwargs)
-
-    # 1. labels -------------------------------------------------------------------------------------------------
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_glob, F)
+    def _after_rewards(self, rewards_per_func: torch.Tensor) -> None:
         args = self.args
         labels_per_func = reward_to_label(
             rewards_per_func, args.pacs_label_transform, args.pacs_label_temperature, args.pacs_label_offset
         )  # (B_glob, F), each function's score mapped to [0, 1] (identity for "none")
         weights = self.reward_weights.to(rewards_per_func.device)
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,)
-        # gathered counts, so every process warns or stops together
-        self._unlabeled_batches.update(
-            int(scorable.sum()), scorable.numel(), "train" if self.model.training else "eval"
-        )
         labels = (labels_per_func * weights.unsqueeze(0)).nansum(dim=1)  # (B_glob,)
         bad = scorable & ((labels < 0) | (labels > 1) | ~torch.isfinite(labels))
         if bad.any():
             row, names, transform = int(bad.nonzero()[0]), self.reward_func_names, args.pacs_label_transform
             raise label_range_error(row, names, rewards_per_func, labels_per_func, labels, weights, transform)
         self._pacs_labels, self._pacs_scorable = labels, scorable
-        self._log_rollout_labels(labels, scorable)
-        # TRL logs `reward` and `rewards/<function>/mean` from what this returns: the raw scores, not the labels
-        return rewards_per_func
-
-    def _log_rollout_labels(self, labels: torch.Tensor, scorable: torch.Tensor) -> None:
-        # labels are already gathered over processes (TRL gathers the rewards), so this needs no collective
-        mode = "train" if self.model.training else "eval"
+        # labels are already gathered over processes (TRL gathers the rewards), so this needs no collective; TRL logs
+        # `reward` and `rewards/<function>/mean` from the raw scores, not the labels
         count = scorable.sum().clamp(min=1)
         mean = (labels * scorable).sum() / count
-        self._metrics[mode]["pacs/rollout_label_mean"].append(mean.item())
         std = (((labels - mean) ** 2 * scorable).sum() / count).sqrt()
-        self._metrics[mode]["pacs/rollout_label_std"].append(std.item())
+        self._record(self._mode, {"pacs/rollout_label_mean": mean.item(), "pacs/rollout_label_std": std.item()})
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        log_sampling_gap(self, output)  # vLLM's sampling log-probs vs the trainer's: stale weights show
+    def _after_scoring(self, output: dict) -> dict:
+        if self.model.training:
+            output = self._pacs_anchor.after_generation(output)  # pi_ref's log-probs, before the row exchange
         n = output["prompt_ids"].size(0)  # this process's rows, in the order of the gathered rewards
         start = self.accelerator.process_index * n
         local = slice(start, start + n)
@@ -198,14 +150,13 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
             rows_per_step = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
             pad_id = self._tokenizer.pad_token_id
             output = exchange_rows(output, self.accelerator, pad_id, rows_per_step, self.num_generations)
-        is_ratio = output.get("importance_sampling_ratio")
-        if is_ratio is not None:  # vLLM correction: how much of the batch it drops (mask modes) and its mean ratio
-            mode = "train" if self.model.training else "eval"
-            ratio = self.accelerator.gather(is_ratio.reshape(n, -1)[:, 0])  # (B_world,) sequence-level ratio
-            kept = ratio > 0
-            self._metrics[mode]["pacs/is_masked_frac"].append((~kept).float().mean().item())
-            self._metrics[mode]["pacs/is_ratio_mean"].append(ratio[kept].mean().item() if kept.any() else 0.0)
         return output
+
+    def _save_extra_state(self, folder: str) -> None:
+        self._pacs_anchor.save(folder)
+
+    def _load_extra_state(self, checkpoint: str) -> None:
+        self._pacs_anchor.load(checkpoint)
 
     # 2. whole groups -------------------------------------------------------------------------------------------
     def _prepare_inputs(self, generation_batch):
@@ -222,7 +173,7 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
 
     # 3. the loss -----------------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
-        mode = "train" if self.model.training else "eval"
+        mode = self._mode
         mask = loss_mask(inputs)  # (B, T)
         per_token_logps, entropies, aux_loss = self._per_token_logps(
             model, inputs, compute_entropy=True, compute_aux_loss=self.aux_loss_enabled
@@ -243,13 +194,13 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
             loss = self._whole_group_loss(per_token_logps, inputs, mask)
         policy_loss = loss.detach()  # this micro-batch's PACS loss (the step's on the split path)
         if mode == "train":
-            self._log_anchor_metrics(per_token_logps, inputs, mask)  # pacs_anchor="reference" only
-        return add_grpo_terms(self, mode, loss, policy_loss, per_token_logps, entropies, aux_loss, inputs, mask)
+            self._record(mode, self._pacs_anchor.metrics(per_token_logps, inputs, mask))  # pi_ref's KL and resets
+        return self._add_grpo_terms(mode, loss, policy_loss, per_token_logps, entropies, aux_loss, inputs, mask)
 
     def _whole_group_loss(self, per_token_logps, inputs, mask) -> torch.Tensor:
         loss, stats = pacs_loss(
             per_token_logps,
-            self._anchor_logps(inputs),  # None when on-policy: the proxy detaches
+            self._pacs_anchor.logps(inputs),  # None when on-policy: the proxy detaches
             mask,
             inputs["pacs_labels"],
             self.num_generations,
@@ -273,26 +224,15 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
         # Groups cut by this micro-batch: backpropagate sum_i c_i r_i with the whole-group coefficients c of this
         # optimizer step (`pacs.split.attach_step_coefficients`). c is the gradient of the step's loss, already
         # averaged over processes and micro-batches, which the factor undoes: after the averaging of gradients over
-        # processes and the division by gradient_accumulation_steps (`add_grpo_terms`) the step's gradient is exact.
+        # processes and the division by gradient_accumulation_steps (`_add_grpo_terms`) the step's gradient is exact.
         rewards = compute_reward_proxy(
-            per_token_logps, self._anchor_logps(inputs), mask, self.args.pacs_beta, self.args.pacs_reward_proxy
+            per_token_logps, self._pacs_anchor.logps(inputs), mask, self.args.pacs_beta, self.args.pacs_reward_proxy
         )  # (B,) with grad
         scale = self.accelerator.num_processes * self.current_gradient_accumulation_steps
         surrogate = scale * (inputs["pacs_coef"].to(rewards.dtype) * rewards).sum()
         # value: the step's PACS loss (each micro-batch's, after the division by gradient_accumulation_steps, sums to
         # it); gradient: the exact whole-group gradient
         return surrogate - surrogate.detach() + inputs["pacs_step_loss"]
-
-    def _per_token_logps(self, model, inputs, **kwargs):
-        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-        return self._get_per_token_logps_and_entropies(
-            model,
-            torch.cat([prompt_ids, completion_ids], dim=1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
-            completion_ids.size(1),  # logits_to_keep: only the completion tokens
-            **kwargs,
-            **forward_inputs(inputs),
-        )
 
     @staticmethod
     def _sample_weight(inputs, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -318,7 +258,7 @@ class PACSTrainer(AnchorHooks, CheckpointHooks, GRPOTrainer):
             metrics[key].append(value)
         self._critic_tally.add(ranking_sums(stats["psi"], labels, stats["weights"] > 0, self.num_generations))
         if whole_step or self.accelerator.sync_gradients:  # the step's last micro-batch
-            fresh = fresh and not self._anchor_at_policy()  # psi == 0 there by construction: nothing to measure
+            fresh = fresh and not self._pacs_anchor.at_policy  # psi == 0 there by construction: nothing to measure
             for key, value in self._critic_tally.flush(fresh).items():
                 metrics[key].append(value)
 

@@ -14,7 +14,7 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from pacs import PACSTrainer
-from pacs.guards import METRIC
+from pacs.grpo.guards import METRIC
 from pacs.testing import tiny_pacs_config
 
 

@@ -1,4 +1,4 @@
-"""`pacs.vllm_sync` with vLLM colocated on vLLM's CPU build: the LoRA push leaves the base weights bit-identical, and the
+"""`pacs.grpo.vllm_sync` with vLLM colocated on vLLM's CPU build: the LoRA push leaves the base weights bit-identical, and the
 weight-sync monitor sees a push that stops working.
 
 make test-vllm PYTEST_ARGS="-k vllm_sync"
@@ -11,8 +11,8 @@ import pytest
 from datasets import Dataset
 
 from pacs import PACSTrainer
+from pacs.grpo.vllm_sync import STALE_GAP
 from pacs.testing import tiny_pacs_config
-from pacs.vllm_sync import STALE_GAP
 
 
 pytestmark = pytest.mark.vllm
@@ -64,7 +64,7 @@ def test_lora_push_keeps_base_weights_bit_identical(vllm_model_dir, tmp_path, vl
     trainer = _trainer(vllm_model_dir, tmp_path, lora, steps_per_generation=2, max_steps=8, learning_rate=5e-2)
     frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
     assert any("base_layer" in n for n in frozen)
-    with caplog.at_level(logging.WARNING, logger="pacs.vllm_sync"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.vllm_sync"):
         trainer.train()
     lora_b = [p for n, p in trainer.model.named_parameters() if "lora_B" in n]
     assert max(p.abs().max().item() for p in lora_b) > 1e-3, "the adapters must have moved"
@@ -93,7 +93,7 @@ def test_monitor_sees_the_push_stop(vllm_model_dir, tmp_path, vllm_float32, monk
             working_push(self)
 
     monkeypatch.setattr(VLLMGeneration, "sync_weights", sync_weights)
-    with caplog.at_level(logging.WARNING, logger="pacs.vllm_sync"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.vllm_sync"):
         trainer.train()
     gaps = _logged(trainer, GAP)
     print("push stopped after step 2: sampling log-prob gap per generation", gaps)

@@ -104,7 +104,7 @@ def check_embedding_model(name_or_path: str = DEFAULT_DIVERSITY_MODEL) -> None:
                 " in it. Pass a sentence-transformers model directory (SentenceTransformer.save) or a hub id."
             )
         return
-    from ..checks import check_model_path
+    from ..grpo.checks import check_model_path
 
     check_model_path(text)  # a path that does not exist, rather than a hub id: the error says which
     from huggingface_hub import hf_hub_download, try_to_load_from_cache

@@ -4,7 +4,7 @@ Three things the `transformers` checkpoint leaves out, for a run that is preempt
 
 1. **Completeness.** `resume_from_checkpoint=True` picks the newest `checkpoint-N` folder whatever its state, so a
    run killed while it was writing one (minutes for a 4B/8B ZeRO-3 checkpoint with optimizer states) cannot resume.
-   `PACSTrainer` fsyncs every file of a checkpoint once every process has written its share, then writes
+   `HardenedGRPOTrainer` (and so `PACSTrainer`) fsyncs every file of a checkpoint once every process has written its share, then writes
    [`COMPLETE_MARKER`] last, recording each file's name and size; on resume [`last_complete_checkpoint`] picks the
    newest folder that has the marker and whose files still have those sizes (a file truncated by a full disk or a
    copy cut short is caught without reading it), and says which ones it skipped and why. Nothing is deleted.
@@ -18,12 +18,12 @@ Three things the `transformers` checkpoint leaves out, for a run that is preempt
 
 3. **A finished run.** Resumed from a checkpoint at `max_steps` (or at the end of its last epoch), transformers trains
    one more step and the script then rewrites the final model. [`finished_run`] says when there is nothing left to
-   train; `PACSTrainer.train` then trains nothing and keeps the final model in `output_dir`, and
-   [`train_unless_finished`] does the same for any `Trainer` (the GRPO baseline of `pacs train`). A larger
+   train; `HardenedGRPOTrainer.train` then trains nothing and keeps the final model in `output_dir`, and
+   [`train_unless_finished`] does the same for any `Trainer` (TRL's own `GRPOTrainer` too). A larger
    `max_steps` still extends the run.
 
-The functions here are file handling; [`CheckpointHooks`] holds the trainer hooks that call them (`train`,
-`_save_checkpoint`, `_load_optimizer_and_scheduler`, `save_model`), and `PACSTrainer` inherits it.
+The functions here are file handling; `pacs.grpo.HardenedGRPOTrainer` holds the trainer hooks that call them (`train`,
+`_save_checkpoint`, `_load_optimizer_and_scheduler`, `save_model`), and `PACSTrainer` inherits them.
 
 >>> import tempfile, os
 >>> out = tempfile.mkdtemp()
@@ -41,7 +41,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from typing import Any
 
 from accelerate.utils import send_to_device
@@ -51,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "COMPLETE_MARKER",
-    "CheckpointHooks",
+    "TRAINER_STATE",
     "ROLLOUT_DIR",
     "checkpoint_problem",
     "finished_run",
@@ -71,7 +70,7 @@ COMPLETE_MARKER = "pacs_checkpoint_complete.json"
 ROLLOUT_DIR = "pacs_rollout"
 """Sub-folder of a mid-generation checkpoint holding one `rank<r>.pt` per process."""
 
-_TRAINER_STATE = "trainer_state.json"
+TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _FORMAT = 1
 
@@ -230,8 +229,8 @@ def checkpoint_problem(checkpoint_dir: str | os.PathLike, require_marker: bool =
         return "no such folder"
     if os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
         return _files_problem(path)
-    if not os.path.isfile(os.path.join(path, _TRAINER_STATE)):
-        return f"its save did not finish (no {COMPLETE_MARKER}, no {_TRAINER_STATE})"
+    if not os.path.isfile(os.path.join(path, TRAINER_STATE)):
+        return f"its save did not finish (no {COMPLETE_MARKER}, no {TRAINER_STATE})"
     if require_marker:
         return f"its save did not finish (no {COMPLETE_MARKER})"
     return None
@@ -341,7 +340,7 @@ def finished_run(checkpoint: str | os.PathLike | None, args) -> str | None:
     if checkpoint is None:
         return None
     try:
-        with open(os.path.join(str(checkpoint), _TRAINER_STATE)) as f:
+        with open(os.path.join(str(checkpoint), TRAINER_STATE)) as f:
             state = json.load(f)
     except (OSError, ValueError):
         return None  # nothing to judge by; transformers' own loading reports an unreadable state
@@ -378,127 +377,3 @@ def train_unless_finished(trainer, resume_from_checkpoint: str | bool | None = N
         return False
     trainer.train(resume_from_checkpoint=path)
     return True
-
-
-class CheckpointHooks:
-    """`PACSTrainer`'s checkpoint hooks: crash-safe saves, and exact resume in the middle of a generation batch.
-
-    A mixin for a `GRPOTrainer` subclass (listed before it); uses GRPOTrainer's rollout buffer (`_buffered_inputs`)
-    and micro-batch counter (`_step`).
-    """
-
-    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
-        """`Trainer.train`, resuming from the newest *complete* checkpoint for `resume_from_checkpoint=True`.
-
-        A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`, or a file whose size differs
-        from the one it records) is skipped with a warning that says why; a named incomplete one is an error (see
-        `pacs.checkpoints`). A checkpoint that ends the run ([`finished_run`]) trains nothing: the state is the
-        checkpoint's, and `save_model` keeps the final model already in `output_dir`.
-        """
-        verbose = self.accelerator.is_main_process
-        resume = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir, verbose=verbose)
-        self._finished_checkpoint = None
-        message = finished_run(resume, self.args)
-        if message is not None:  # transformers would train one step past the end; see `save_model` for the rest
-            (logger.warning if verbose else logger.debug)("%s", message)
-            from transformers import TrainerState
-            from transformers.trainer_utils import TrainOutput
-
-            self._finished_checkpoint = resume
-            self.state = TrainerState.load_from_json(os.path.join(resume, _TRAINER_STATE))
-            return TrainOutput(self.state.global_step, float("nan"), {})
-        return super().train(
-            resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
-        )
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
-        """`Trainer.save_model`, except after `train` found the run finished: the model in memory is then the
-        initial one, so the final model already in `output_dir` is kept (and pushed by `push_to_hub`), and saving
-        to another folder is an error."""
-        finished = getattr(self, "_finished_checkpoint", None)
-        if finished is None:
-            return super().save_model(output_dir, _internal_call=_internal_call)
-        target = output_dir if output_dir is not None else self.args.output_dir
-        if os.path.abspath(target) == os.path.abspath(self.args.output_dir):
-            if self.accelerator.is_main_process:
-                logger.info("Kept the final model in %s: this run was finished and trained nothing.", target)
-            return None
-        raise ValueError(
-            f"Nothing was trained (the run had finished at {finished}), so this trainer holds the initial model, not "
-            f"the trained one; copy the final model from {self.args.output_dir} or the weights of {finished} instead."
-        )
-
-    def _save_checkpoint(self, model, trial):
-        # 1. mid-generation: each process saves its share of the buffered generation batch first, so that a folder
-        #    with a trainer_state.json never lacks it; 2. the checkpoint itself (TRL: model card, model, optimizer,
-        #    RNG states, trainer state) with rotation held back; 3. once every process is done, every file fsynced and
-        #    then the completion marker with their sizes, and only then the rotation, so that the newest complete
-        #    checkpoint is never the one deleted.
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
-        run_dir = self._get_output_dir(trial=trial)
-        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        if self.args.should_save:  # leftovers of an earlier, interrupted save of this step
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(folder, COMPLETE_MARKER))
-            shutil.rmtree(os.path.join(folder, ROLLOUT_DIR), ignore_errors=True)
-        self.accelerator.wait_for_everyone()
-        mid_generation = self._buffered_inputs is not None and self._step % self._generate_every != 0
-        if mid_generation:
-            size = save_rollout(
-                folder, self.accelerator.process_index, self.accelerator.num_processes, self._step,
-                self.state.global_step, self._buffered_inputs,
-            )  # fmt: skip
-            logger.debug("Saved %d bytes of buffered rollout to %s", size, folder)
-        limit = self.args.save_total_limit
-        self.args.save_total_limit = None
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
-        self._save_extra_state(folder)
-        self.accelerator.wait_for_everyone()
-        if self.args.should_save:  # every process has closed its files: sync them, then the marker with their sizes
-            write_complete_marker(
-                folder, files=sync_checkpoint_files(folder), global_step=self.state.global_step,
-                world_size=self.accelerator.num_processes, rollout=mid_generation,
-            )  # fmt: skip
-            self._rotate_after_marker(run_dir)
-
-    def _save_extra_state(self, folder: str) -> None:
-        """Hook for a mixin's own state (e.g. `pacs.reference`): called on every process after the checkpoint is
-        written and before the completion marker, so a complete checkpoint always has it."""
-
-    def _load_extra_state(self, checkpoint: str) -> None:
-        """Hook: restores what `_save_extra_state` wrote, after the optimizer and scheduler are loaded."""
-
-    def _rotate_after_marker(self, run_dir: str) -> None:
-        # transformers' rotation, run after the completion marker (see `_save_checkpoint`)
-        if hasattr(self, "_rotate_checkpoints"):  # transformers < 5
-            self._rotate_checkpoints(use_mtime=True, output_dir=run_dir)
-            return
-        from transformers.trainer_utils import rotate_checkpoints
-
-        rotate_checkpoints(
-            output_dir=run_dir, save_total_limit=self.args.save_total_limit,
-            best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
-        )  # fmt: skip
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        self._load_extra_state(checkpoint)
-        rollout = load_rollout(
-            checkpoint, self.accelerator.process_index, self.accelerator.num_processes, self.accelerator.device
-        )
-        if rollout is not None:  # continue the saved generation batch instead of generating a new one
-            self._buffered_inputs, self._step = rollout["buffered_inputs"], rollout["step"]
-            if self.accelerator.is_main_process:
-                left = self._generate_every - self._step % self._generate_every
-                logger.info("Resuming inside a generation batch: %d micro-batch(es) of it left.", left)
-
-    @property
-    def _generate_every(self) -> int:
-        """Micro-batches between two generations (GRPOTrainer's `steps_per_generation * num_iterations`)."""
-        return self.args.steps_per_generation * self.num_iterations

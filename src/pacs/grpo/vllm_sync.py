@@ -12,26 +12,28 @@
 2. **Weight-sync monitor.** TRL compares vLLM's sampling log-probs with the trainer's only when it corrects for them
    (`vllm_importance_sampling_correction`); the recipes turn the correction off, as the authors do, and then a weight
    push that silently fails (TRL #5312) leaves vLLM sampling from stale weights with nothing logged.
-   `log_sampling_gap` logs TRL's own metrics, `sampling/sampling_logp_difference/{mean,max}`, computed as TRL does,
+   `SamplingGapMonitor` returns TRL's own metrics, `sampling/sampling_logp_difference/{mean,max}`, computed as TRL does,
    at every generation when TRL does not, and warns once when the mean gap exceeds `STALE_GAP`.
 
-Both are installed by `PACSTrainer` (`__init__` and `_generate_and_score_completions`). What they need from TRL is
+Both are installed by `HardenedGRPOTrainer` (`__init__` and `_generate_and_score_completions`). What they need from TRL is
 checked at import (`pacs._compat.check_trl`).
 """
 
 from __future__ import annotations
 
 import logging
-import types
 
 import torch
 from accelerate.utils import is_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
-from ._grpo_terms import logps_without_grad, loss_mask
+from .._compat import VLLM_PARAM_ITERATOR, replace_method
+from .terms import logps_without_grad, loss_mask
 
 
-__all__ = ["STALE_GAP", "install_lora_push", "iter_merged_params", "log_sampling_gap", "merged_tensor", "sampling_gap"]
+__all__ = [
+    "STALE_GAP", "SamplingGapMonitor", "install_lora_push", "iter_merged_params", "merged_tensor", "sampling_gap"
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -140,12 +142,12 @@ def _warn_round_trip(generation, why: str) -> None:
 def install_lora_push(trainer) -> None:
     """Push a PEFT model to vLLM with `iter_merged_params` instead of TRL's in-place merge; no-op without vLLM or PEFT.
 
-    Replaces `_iter_named_params` on the trainer's `vllm_generation` instance only: `sync_weights` (colocate and
-    server mode) reads the parameters through it, and nothing else changes.
+    Replaces `_iter_named_params` on the trainer's `vllm_generation` instance only (`pacs._compat.replace_method`):
+    `sync_weights` (colocate and server mode) reads the parameters through it, and nothing else changes.
     """
     generation = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
     if generation is not None and is_peft_model(generation.model):
-        generation._iter_named_params = types.MethodType(iter_merged_params, generation)
+        replace_method(generation, VLLM_PARAM_ITERATOR, iter_merged_params)
 
 
 # 2. the weight-sync monitor --------------------------------------------------------------------------------------------
@@ -171,32 +173,38 @@ def sampling_gap(
     return delta.mean(), delta.max()
 
 
-def log_sampling_gap(trainer, output: dict) -> None:
-    """Log `sampling/sampling_logp_difference/{mean,max}` for this generation where TRL did not, and warn once (all
-    processes run it: it gathers) when the mean gap exceeds `STALE_GAP`.
+class SamplingGapMonitor:
+    """The weight-sync monitor of one trainer: called on every generation batch, it returns TRL's metrics
+    `sampling/sampling_logp_difference/{mean,max}` for it where TRL did not log them, and warns once (all processes
+    call it: it gathers) when the mean gap exceeds `STALE_GAP`.
 
     `output` is what `GRPOTrainer._generate_and_score_completions` returned: vLLM's log-probs
     (`sampling_per_token_logps`) and, whenever TRL needed them, the trainer's (`old_per_token_logps`: with the
     importance-sampling correction on, or when generation and optimizer steps are not aligned, PACS's default). When
     TRL computed neither, the trainer's log-probs are computed here, without gradient, and not added to `output`.
     """
-    sampling = output.get("sampling_per_token_logps")
-    if not getattr(trainer, "use_vllm", False) or sampling is None:
-        return
-    mode = "train" if trainer.model.training else "eval"
-    logps = output.get("old_per_token_logps")
-    if logps is None:
-        logps = _trainer_logps(trainer, output, mode)
-    mean, max_ = sampling_gap(logps, sampling, loss_mask(output))
-    gather = trainer.accelerator.gather
-    mean, max_ = gather(mean).mean().item(), gather(max_).max().item()  # TRL's reduction over processes
-    if not trainer.vllm_importance_sampling_correction:  # with it on, TRL has logged the same two numbers
-        trainer._metrics[mode]["sampling/sampling_logp_difference/mean"].append(mean)
-        trainer._metrics[mode]["sampling/sampling_logp_difference/max"].append(max_)
-    if mean > STALE_GAP and not getattr(trainer, "_pacs_stale_warned", False):
-        trainer._pacs_stale_warned = True
-        if trainer.accelerator.is_main_process:
-            logger.warning(_STALE_MESSAGE, trainer.state.global_step, mean, max_, STALE_GAP)
+
+    def __init__(self):
+        self.warned = False
+
+    def __call__(self, trainer, output: dict) -> dict[str, float]:
+        sampling = output.get("sampling_per_token_logps")
+        if not getattr(trainer, "use_vllm", False) or sampling is None:
+            return {}
+        mode = "train" if trainer.model.training else "eval"
+        logps = output.get("old_per_token_logps")
+        if logps is None:
+            logps = _trainer_logps(trainer, output, mode)
+        mean, max_ = sampling_gap(logps, sampling, loss_mask(output))
+        gather = trainer.accelerator.gather
+        mean, max_ = gather(mean).mean().item(), gather(max_).max().item()  # TRL's reduction over processes
+        if mean > STALE_GAP and not self.warned:
+            self.warned = True
+            if trainer.accelerator.is_main_process:
+                logger.warning(_STALE_MESSAGE, trainer.state.global_step, mean, max_, STALE_GAP)
+        if trainer.vllm_importance_sampling_correction:  # TRL has logged the same two numbers
+            return {}
+        return {"sampling/sampling_logp_difference/mean": mean, "sampling/sampling_logp_difference/max": max_}
 
 
 _STALE_MESSAGE = """

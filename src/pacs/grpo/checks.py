@@ -1,22 +1,20 @@
-"""Checks of a user's own data, reward functions and model path, run before anything is generated.
+"""Checks of a user's own data, reward functions, model path and settings, run before anything loads or generates.
 
 A training run that fails after the model has loaded and generated, with `KeyError: 'prompt'` from deep inside TRL or
-`TypeError: missing 1 required positional argument`, or one that "succeeds" with zero steps or a loss of 0 because no
-completion ever got a reward, costs a user far more than an error at start-up that names the fix. The functions here
-are pure (no trainer needed) so that `PACSTrainer`, `pacs train` and `pacs eval` share them:
+`TypeError: missing 1 required positional argument`, costs a user far more than an error at start-up that names the
+fix. The functions here are pure (no trainer needed) so that `HardenedGRPOTrainer` (and so `PACSTrainer`), `pacs train`
+and `pacs eval` share them; what a run checks while it runs (reward outputs, batches without a reward, gradients) is in
+`pacs.grpo.guards`.
 
 - [`check_train_dataset`]: the dataset has a `prompt` column (unless an environment supplies the prompts) and rows,
-  and every reward function can be called with the keywords TRL will pass it (its own, see [`TRL_REWARD_KWARGS`],
-  plus the dataset's columns). It refuses only what `GRPOTrainer` cannot train on; where it cannot tell (a rollout
-  function adding fields, a stream of unknown columns), it lets the data through.
-- [`validate_reward_output`] / [`validated_reward_func`]: a reward function returned one number or `None` per
-  completion, not NaN, a string or a bare scalar.
-- [`UnlabeledBatchTracker`]: warns on every generation batch in which no completion got a reward, and stops the run
-  after [`MAX_UNLABELED_BATCHES`] such batches in a row.
+  and every reward function can be called with the keywords TRL will pass it (its own, see
+  `pacs._compat.TRL_REWARD_KWARGS`, plus the dataset's columns). It refuses only what `GRPOTrainer` cannot train on;
+  where it cannot tell (a rollout function adding fields, a stream of unknown columns), it lets the data through.
+- [`check_trainer_datasets`]: the same for every dataset a trainer is given.
 - [`check_model_path`]: a model argument that is meant as a local directory exists (hub ids by `huggingface_hub`'s
   own rules).
-- [`check_trainer_args`], [`check_eval_batch`], [`label_range_error`]: `PACSTrainer`'s `args`, its evaluation batch,
-  and the error for a label outside [0, 1].
+- [`check_trainer_args`], [`check_eval_batch`]: a trainer's `args` (a default config for `None`, an error naming the
+  fix for the wrong class), and its evaluation batch.
 
 >>> def my_reward(completions, answer, **kwargs):
 ...     return [1.0 for _ in completions]
@@ -33,8 +31,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import math
-import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -43,29 +39,15 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "MAX_UNLABELED_BATCHES",
-    "TRL_REWARD_KWARGS",
-    "UnlabeledBatchTracker",
     "check_eval_batch",
     "check_model_path",
     "check_train_dataset",
+    "check_trainer_datasets",
     "check_trainer_args",
-    "label_range_error",
-    "validate_reward_output",
-    "validated_reward_func",
 ]
-
-TRL_REWARD_KWARGS = frozenset(
-    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
-)
-"""Keywords TRL 1.16's `GRPOTrainer._calculate_rewards` passes to every reward function, besides the dataset columns
-(`environments` only with an `environment_factory`)."""
 
 _NOT_FORWARDED = frozenset({"prompt", "completion", "completion_ids"})
 """Dataset columns TRL does not forward to reward functions as they are (it passes `prompts` and `completions`)."""
-
-MAX_UNLABELED_BATCHES = 3
-"""[`UnlabeledBatchTracker`] stops the run after this many consecutive generation batches without a single reward."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -106,7 +88,7 @@ def check_train_dataset(
     """Fail early, with the fix, when `dataset` cannot be trained on with `reward_funcs`.
 
     Checks that `dataset` has a `prompt` column and at least one row, and that every callable reward function can be
-    called the way TRL calls it: with keywords only, namely [`TRL_REWARD_KWARGS`] and every dataset column except
+    called the way TRL calls it: with keywords only, namely `pacs._compat.TRL_REWARD_KWARGS` and every dataset column except
     `prompt`/`completion`/`completion_ids`. A required parameter (no default) that is none of these is a missing
     column; a function without `**kwargs` must name every keyword TRL passes. Reward models (`nn.Module`s or
     hub ids) are not checked. For an `IterableDataset` whose columns are unknown (no `features`), the column checks are
@@ -159,6 +141,8 @@ def check_train_dataset(
     funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
     names = list(reward_func_names) if reward_func_names is not None else [None] * len(funcs)
     # `environments` only with an environment_factory (TRL's `self.environments`)
+    from .._compat import TRL_REWARD_KWARGS  # imports TRL: not at module level, so `pacs eval` starts quickly
+
     trl_kwargs = TRL_REWARD_KWARGS if environment_factory is not None else TRL_REWARD_KWARGS - {"environments"}
     available = trl_kwargs | (set(_kept_columns(columns, remove_unused_columns)) - _NOT_FORWARDED)
     for func, func_name in zip(funcs, names):
@@ -167,6 +151,20 @@ def check_train_dataset(
         _check_reward_signature(
             func, func_name or _callable_name(func), name, columns, trl_kwargs, available, rollout_func
         )
+
+
+def check_trainer_datasets(trainer_kwargs: Mapping[str, Any], reward_funcs, args) -> None:
+    """[`check_train_dataset`] on every dataset a trainer is given (`train_dataset`, `eval_dataset`, either a dict of
+    datasets), named in the message as the user passed it, with the trainer's `rollout_func` and `environment_factory`.
+    """
+    for name in ("train_dataset", "eval_dataset"):
+        data = trainer_kwargs.get(name)
+        for key, dataset in data.items() if isinstance(data, dict) else [(None, data)]:
+            check_train_dataset(
+                dataset, reward_funcs, name=name if key is None else f"{name}[{key!r}]",
+                remove_unused_columns=args.remove_unused_columns, rollout_func=trainer_kwargs.get("rollout_func"),
+                environment_factory=trainer_kwargs.get("environment_factory"),
+            )  # fmt: skip
 
 
 def _check_prompt_column(columns: list[str], name: str) -> None:
@@ -358,179 +356,6 @@ def _is_iterable_dataset(dataset: Any) -> bool:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _is_number(value: Any) -> bool:
-    if isinstance(value, (str, bytes)):
-        return False
-    if isinstance(value, numbers.Real):  # float, int, bool, numpy scalars
-        return True
-    return getattr(value, "ndim", None) == 0 and hasattr(value, "item")  # a 0-d torch tensor or numpy array
-
-
-def validate_reward_output(func_name: str, output: Any, num_completions: int) -> None:
-    """Check that a reward function returned one finite number or `None` for each of `num_completions` completions.
-
-    A list, a tuple, or a 1-d numpy array / torch tensor is accepted; elements may be `float`, `int`, `bool`, numpy
-    scalars, 0-d tensors, or `None` ("no reward for this completion": TRL skips it). NaN is refused rather than read as
-    `None`, because it usually means a bug in the reward (0 / 0, a failed parse) that should not pass silently.
-
-    >>> validate_reward_output("my_reward", [1.0, None, 0], 3)
-    >>> validate_reward_output("my_reward", [1.0, float("nan")], 2)
-    Traceback (most recent call last):
-    ...
-    ValueError: The reward function my_reward returned nan for completion 1 of 2; return None to skip a completion, or a finite number.
-
-    Args:
-        func_name (`str`):
-            The reward function's name, for the message.
-        output (`Any`):
-            What it returned.
-        num_completions (`int`):
-            How many completions it was given.
-
-    Raises:
-        `ValueError`: naming the function, the first offending index and its value.
-    """
-    if isinstance(output, (str, bytes)) or _is_number(output) or output is None:
-        raise ValueError(
-            f"The reward function {func_name} returned {output!r} instead of a list with one reward per completion "
-            f"({num_completions} here); return e.g. [1.0, 0.0, None, ...] with None for a completion it cannot score."
-        )
-    if getattr(output, "ndim", 1) != 1 or not hasattr(output, "__len__"):
-        shape = tuple(getattr(output, "shape", ())) or type(output).__name__
-        raise ValueError(
-            f"The reward function {func_name} returned {shape} instead of a list with one reward per completion "
-            f"({num_completions} here)."
-        )
-    if len(output) != num_completions:
-        raise ValueError(
-            f"The reward function {func_name} returned {len(output)} rewards for {num_completions} completions; it must "
-            "return exactly one per completion (None for one it cannot score), in the order of `completions`."
-        )
-    for i, value in enumerate(output):
-        if value is None:
-            continue
-        if not _is_number(value):
-            raise ValueError(
-                f"The reward function {func_name} returned {value!r} ({type(value).__name__}) for completion {i} of "
-                f"{num_completions}; each reward must be a number (float, int or bool) or None to skip the completion"
-                + (", e.g. float(value)." if isinstance(value, (str, bytes)) else ".")
-            )
-        number = float(value)
-        if not math.isfinite(number):
-            raise ValueError(
-                f"The reward function {func_name} returned {number} for completion {i} of {num_completions}; return "
-                "None to skip a completion, or a finite number."
-            )
-
-
-def validated_reward_func(func: Callable) -> Callable:
-    """Wrap a reward function so that its output goes through [`validate_reward_output`] before TRL reads it.
-
-    The wrapper keeps `__name__` (TRL names the logged reward metric after it), the signature (`functools.wraps`) and
-    async-ness: TRL 1.16 runs async reward functions on its event loop, so an `async def` stays an `async def`.
-    Reward models (`nn.Module`), strings and already wrapped functions are returned unchanged.
-
-    Args:
-        func (`Callable`):
-            A reward function `f(completions, ..., **kwargs) -> list[float | None]`.
-
-    Returns:
-        `Callable`: the wrapped function.
-    """
-    if isinstance(func, str) or not callable(func) or _is_module(func) or getattr(func, "_pacs_validated", False):
-        return func
-    name = _callable_name(func)
-    from trl.trainer.utils import is_async_callable
-
-    def num_completions(args, kwargs) -> int:
-        completions = kwargs.get("completions", args[0] if args else None)
-        return len(completions) if completions is not None else 0
-
-    if is_async_callable(func):
-
-        @functools.wraps(func)
-        async def wrapper(*args, **kwargs):
-            output = await func(*args, **kwargs)
-            validate_reward_output(name, output, num_completions(args, kwargs))
-            return output
-
-    else:
-
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            output = func(*args, **kwargs)
-            validate_reward_output(name, output, num_completions(args, kwargs))
-            return output
-
-    wrapper.__name__ = name  # partials and callable instances have no __name__ for functools.wraps to copy
-    wrapper._pacs_validated = True
-    return wrapper
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Batches without a single reward
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-class UnlabeledBatchTracker:
-    """Warns on every generation batch in which no completion got a reward, and stops a run where that persists.
-
-    A completion whose reward functions all returned `None` carries no label and no gradient; a batch of only such
-    completions trains nothing, and a run of them finishes "successfully" with loss 0. Call [`update`] once per
-    generation batch with the global counts (the same on every rank, e.g. after TRL's gather, so that every rank
-    raises together).
-
-    >>> tracker = UnlabeledBatchTracker(patience=2)
-    >>> tracker.update(num_scorable=3, num_completions=8)
-    >>> tracker.consecutive
-    0
-
-    Args:
-        patience (`int`, *optional*, defaults to `MAX_UNLABELED_BATCHES` (3)):
-            Consecutive unlabeled batches (per mode) after which [`update`] raises.
-    """
-
-    def __init__(self, patience: int = MAX_UNLABELED_BATCHES):
-        if patience < 1:
-            raise ValueError(f"patience must be at least 1, got {patience}.")
-        self.patience = patience
-        self._consecutive: dict[str, int] = {}
-
-    @property
-    def consecutive(self) -> int:
-        """Consecutive unlabeled training batches so far."""
-        return self._consecutive.get("train", 0)
-
-    def update(self, num_scorable: int, num_completions: int, mode: str = "train") -> None:
-        """Record one generation batch: `num_scorable` of its `num_completions` completions got a reward.
-
-        Raises:
-            `RuntimeError`: after `patience` consecutive batches of `mode` with `num_scorable == 0`.
-        """
-        if num_scorable > 0 or num_completions == 0:
-            self._consecutive[mode] = 0
-            return
-        count = self._consecutive.get(mode, 0) + 1
-        self._consecutive[mode] = count
-        logger.warning(
-            "No completion of this %s generation batch got a reward: every reward function returned None for all %d "
-            "completions (%d such batch(es) in a row; the run stops at %d). These completions carry no label.",
-            mode,
-            num_completions,
-            count,
-            self.patience,
-        )
-        if count >= self.patience:
-            raise RuntimeError(
-                f"{count} consecutive {mode} generation batches ({num_completions} completions each) got no reward at "
-                "all: every reward function returned None for every completion, so nothing is being learned. Check "
-                "that the reward functions return numbers for these completions: call one on a few completions and "
-                "the dataset's columns, e.g. math_reward(['\\\\boxed{2}'], solution=['2']) -> [1.0]; a None for every "
-                "completion usually means a gold answer that does not parse or a column holding the wrong field "
-                "(a worked solution instead of the final answer)."
-            )
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # The model argument
 # ---------------------------------------------------------------------------------------------------------------------
@@ -597,24 +422,24 @@ def check_model_path(name_or_path: str | os.PathLike) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def check_trainer_args(model, args):
-    """`args` for `PACSTrainer`: a default `PACSConfig` for `None`, a `TypeError` naming the fix for another config."""
-    from trl import GRPOConfig
+def check_trainer_args(model, args, config_cls: type, trainer_name: str):
+    """`args` for a trainer that needs a `config_cls`: a default one for `None` (output folder named after the model
+    and the trainer), a `TypeError` naming the fix for any other config (e.g. TRL's `GRPOConfig` for `PACSTrainer`)."""
+    from transformers import TrainingArguments
     from trl.trainer.utils import get_config_model_id
-
-    from .config import PACSConfig
 
     if args is None:
         model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-        return PACSConfig(f"{model_name.split('/')[-1]}-PACS")
-    if not isinstance(args, PACSConfig):
+        return config_cls(f"{model_name.split('/')[-1]}-{trainer_name.removesuffix('Trainer')}")
+    if not isinstance(args, config_cls):
+        name = config_cls.__name__
         hint = (
-            " Build one with PACSConfig(**{k: v for k, v in grpo_args.to_dict().items() if not k.startswith('_')})"
-            " or construct PACSConfig directly."
-            if isinstance(args, GRPOConfig)
+            f" Build one with {name}(**{{k: v for k, v in args.to_dict().items() if not k.startswith('_')}})"
+            f" or construct {name} directly."
+            if isinstance(args, TrainingArguments)
             else ""
         )
-        raise TypeError(f"PACSTrainer needs args=PACSConfig(...), got {type(args).__name__}.{hint}")
+        raise TypeError(f"{trainer_name} needs args={name}(...), got {type(args).__name__}.{hint}")
     return args
 
 
@@ -629,23 +454,3 @@ def check_eval_batch(per_device_eval_batch_size: int, world_size: int, num_gener
             f"({G}) so that TRL's evaluation sees whole groups; use per_device_eval_batch_size in {valid} or "
             "set num_generations_eval."
         )
-
-
-def label_range_error(
-    row: int, names: Sequence[str], rewards_per_func, labels_per_func, labels, weights, transform: str
-) -> ValueError:
-    """The error for a label outside [0, 1]: completion `row`'s score from each reward function, and the fixes."""
-    parts = ", ".join(
-        f"{name}={rewards_per_func[row, i].item():g}"
-        + (f" -> label {labels_per_func[row, i].item():g}" if transform != "none" else "")
-        + f" (weight {weights[i].item():g})"
-        for i, name in enumerate(names)
-    )
-    return ValueError(
-        f"PACS uses the reward as a label and needs it in [0, 1], but completion {row} of this batch got "
-        f"{labels[row].item():g} from the reward functions {parts} with pacs_label_transform={transform!r}. For a "
-        "learned reward model or any unbounded score, set pacs_label_transform='sigmoid' (label "
-        "sigmoid((score - pacs_label_offset) / pacs_label_temperature)) or 'clip'; otherwise make the reward "
-        "functions return values in [0, 1] (e.g. 1.0 correct / 0.0 wrong). The reward_weights must be >= 0 and "
-        f"sum to at most 1, e.g. reward_weights={[round(1 / len(weights), 4)] * len(weights)}."
-    )

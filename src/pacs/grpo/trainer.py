@@ -1,0 +1,341 @@
+"""`HardenedGRPOTrainer`: TRL's `GRPOTrainer` hardened for long runs, and the layer `PACSTrainer` is built on.
+
+Nothing here is PACS: a GRPO run gets all of it (`pacs train --algorithm grpo`), and each piece could go to TRL as it
+is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
+
+- **Checks before work** (`pacs.grpo.checks`): the model path, the config class, every dataset against the reward
+  functions' signatures, and the evaluation batch, before the model loads or anything is generated.
+- **Guards while it runs** (`pacs.grpo.guards`): every reward function's output (one finite number or `None` per
+  completion), generation batches without a single reward (a warning, then a stop), and optimizer steps whose gradient
+  norm is not finite (skipped, counted in `pacs/skipped_steps`, `pacs_max_skipped_steps` in a row stop the run).
+- **Crash-safe, exact checkpoints** (`pacs.grpo.checkpoints`): fsynced files and a completion marker, resume from the
+  newest complete checkpoint, mid-generation resume with the buffered rollout, no training past a finished run.
+- **vLLM** (`pacs.grpo.vllm_sync`): the LoRA push without drift of the frozen base weights, and the sampling-gap
+  monitor that warns on stale vLLM weights; `pacs/is_masked_frac` and `pacs/is_ratio_mean` with vLLM's
+  importance-sampling correction.
+- **Mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
+- For a subclass that replaces GRPO's loss: `_per_token_logps` (a batch's log-probs) and `_add_grpo_terms` (TRL's KL
+  term, entropy bonus and auxiliary loss, which TRL computes inline in the `_compute_loss` being replaced).
+
+Each TRL method below is overridden here and nowhere else (`pacs._compat.check_trl` checks at import that TRL still
+has them). A subclass extends the named points instead: `_check_args(args)` once, with the checked config, before the
+model loads (PACS: where the rows of a split group live); then, in this order for every generation batch:
+
+1. `_before_generation()`: before the batch is generated (PACS: reset pi_ref when its schedule says so);
+2. `_after_rewards(rewards_per_func)`: right after the reward functions, with TRL's `(B_global, F)` rewards, before TRL
+   turns them into advantages (PACS: the labels);
+3. `_after_scoring(output) -> output`: after the batch is generated, scored and monitored; returns the batch to train
+   on (PACS: pi_ref's log-probs, the labels' rows, the split path's row exchange);
+
+and at every checkpoint, `_save_extra_state(folder)` (after the checkpoint's own files, before its completion marker,
+so a complete checkpoint has it) and `_load_extra_state(checkpoint)` (after the optimizer and scheduler are restored).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+
+import torch
+from trl import GRPOTrainer
+
+from .._compat import check_trl, no_router_logits
+from .checkpoints import (
+    COMPLETE_MARKER,
+    ROLLOUT_DIR,
+    TRAINER_STATE,
+    finished_run,
+    load_rollout,
+    resolve_resume_checkpoint,
+    save_rollout,
+    sync_checkpoint_files,
+    write_complete_marker,
+)
+from .checks import check_eval_batch, check_model_path, check_trainer_args, check_trainer_datasets
+from .config import HardenedGRPOConfig
+from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, validated_reward_func
+from .terms import forward_inputs, per_token_kl, token_mean
+from .vllm_sync import SamplingGapMonitor, install_lora_push
+
+
+check_trl()
+logger = logging.getLogger(__name__)
+
+__all__ = ["HardenedGRPOTrainer"]
+
+
+class HardenedGRPOTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` with checks before work, runtime guards, crash-safe exact checkpoints, a drift-free LoRA push
+    to vLLM and a stale-weights monitor (see the module docstring). Takes the same arguments as `GRPOTrainer`, with
+    `args` a [`HardenedGRPOConfig`] (or a subclass: `_config_class`).
+
+    Example:
+
+    ```python
+    from pacs.data import load_train_dataset
+    from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
+    from pacs.rewards import math_reward
+
+    trainer = HardenedGRPOTrainer(
+        model="Qwen/Qwen3-4B-Base", reward_funcs=math_reward, args=HardenedGRPOConfig("qwen3-4b-grpo"),
+        train_dataset=load_train_dataset("deepscaler"),
+    )
+    trainer.train(resume_from_checkpoint=True)  # the newest complete checkpoint, if any
+    ```
+    """
+
+    _config_class: type = HardenedGRPOConfig
+
+    def __init__(self, model, reward_funcs=None, args=None, **kwargs):
+        if isinstance(model, str):
+            check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
+        args = check_trainer_args(model, args, self._config_class, type(self).__name__)
+        check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
+        self._check_args(args)
+        super().__init__(model, reward_funcs, args=args, **kwargs)
+        # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
+        self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
+        self._unlabeled_batches = UnlabeledBatchTracker()
+        self._sampling_monitor = SamplingGapMonitor()
+        self._finished_checkpoint: str | None = None
+        install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
+
+    @property
+    def _mode(self) -> str:
+        return "train" if self.model.training else "eval"
+
+    def _record(self, mode: str, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            self._metrics[mode][key].append(value)
+
+    # extension points (see the module docstring), in the order they run --------------------------------------------
+    def _check_args(self, args) -> None:
+        """Once, before the model loads: a subclass's own checks of its (already type-checked) config."""
+
+    def _before_generation(self) -> None:
+        """Before each generation batch (training and evaluation) is generated."""
+
+    def _after_rewards(self, rewards_per_func: torch.Tensor) -> None:
+        """Right after the reward functions: `rewards_per_func` `(B_global, F)`, NaN where a function gave `None`."""
+
+    def _after_scoring(self, output: dict) -> dict:
+        """After the batch is generated, scored and monitored: returns the batch (this process's rows) to train on."""
+        return output
+
+    def _save_extra_state(self, folder: str) -> None:
+        """A subclass's own state, on every process, after the checkpoint is written and before its marker."""
+
+    def _load_extra_state(self, checkpoint: str) -> None:
+        """Restores what `_save_extra_state` wrote, after the optimizer and scheduler are loaded."""
+
+    # TRL's methods, each overridden here only ------------------------------------------------------------------------
+    def create_optimizer(self, *args, **kwargs):
+        # a step whose gradient norm is not finite is skipped and counted, not applied (`pacs.grpo.guards`)
+        optimizer = super().create_optimizer(*args, **kwargs)
+        NonFiniteGradientGuard.install(self, optimizer, self.args.pacs_max_skipped_steps)
+        return optimizer
+
+    def evaluate(self, *args, **kwargs):
+        W, G = self.accelerator.num_processes, self.num_generations_eval
+        check_eval_batch(self.args.per_device_eval_batch_size, W, G)  # TRL's eval advantages need whole groups
+        return super().evaluate(*args, **kwargs)
+
+    def _generate_single_turn(self, *args, **kwargs):
+        with no_router_logits(self.model):  # MoE generation with router logits fails (see `pacs._compat`)
+            return super()._generate_single_turn(*args, **kwargs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_glob, F)
+        scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,), gathered: every process stops together
+        self._unlabeled_batches.update(int(scorable.sum()), scorable.numel(), self._mode)
+        self._after_rewards(rewards_per_func)
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        self._before_generation()
+        output = super()._generate_and_score_completions(inputs)
+        mode = self._mode
+        # vLLM's sampling log-probs vs the trainer's: stale weights show (`pacs.grpo.vllm_sync`)
+        self._record(mode, self._sampling_monitor(self, output))
+        is_ratio = output.get("importance_sampling_ratio")
+        if is_ratio is not None:  # vLLM correction: how much of the batch it drops (mask modes) and its mean ratio
+            ratio = self.accelerator.gather(is_ratio.reshape(output["prompt_ids"].size(0), -1)[:, 0])  # (B_world,)
+            kept = ratio > 0
+            self._metrics[mode]["pacs/is_masked_frac"].append((~kept).float().mean().item())
+            self._metrics[mode]["pacs/is_ratio_mean"].append(ratio[kept].mean().item() if kept.any() else 0.0)
+        return self._after_scoring(output)
+
+    # checkpoints (`pacs.grpo.checkpoints`) ---------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
+        """`Trainer.train`, resuming from the newest *complete* checkpoint for `resume_from_checkpoint=True`.
+
+        A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`, or a file whose size differs
+        from the one it records) is skipped with a warning that says why; a named incomplete one is an error (see
+        `pacs.grpo.checkpoints`). A checkpoint that ends the run ([`finished_run`]) trains nothing: the state is the
+        checkpoint's, and `save_model` keeps the final model already in `output_dir`.
+        """
+        verbose = self.accelerator.is_main_process
+        resume = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir, verbose=verbose)
+        self._finished_checkpoint = None
+        message = finished_run(resume, self.args)
+        if message is not None:  # transformers would train one step past the end; see `save_model` for the rest
+            (logger.warning if verbose else logger.debug)("%s", message)
+            from transformers import TrainerState
+            from transformers.trainer_utils import TrainOutput
+
+            self._finished_checkpoint = resume
+            self.state = TrainerState.load_from_json(os.path.join(resume, TRAINER_STATE))
+            return TrainOutput(self.state.global_step, float("nan"), {})
+        return super().train(
+            resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
+        )
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """`Trainer.save_model`, except after `train` found the run finished: the model in memory is then the
+        initial one, so the final model already in `output_dir` is kept (and pushed by `push_to_hub`), and saving
+        to another folder is an error."""
+        finished = self._finished_checkpoint
+        if finished is None:
+            return super().save_model(output_dir, _internal_call=_internal_call)
+        target = output_dir if output_dir is not None else self.args.output_dir
+        if os.path.abspath(target) == os.path.abspath(self.args.output_dir):
+            if self.accelerator.is_main_process:
+                logger.info("Kept the final model in %s: this run was finished and trained nothing.", target)
+            return None
+        raise ValueError(
+            f"Nothing was trained (the run had finished at {finished}), so this trainer holds the initial model, not "
+            f"the trained one; copy the final model from {self.args.output_dir} or the weights of {finished} instead."
+        )
+
+    def _save_checkpoint(self, model, trial):
+        # 1. mid-generation: each process saves its share of the buffered generation batch first, so that a folder
+        #    with a trainer_state.json never lacks it; 2. the checkpoint itself (TRL: model card, model, optimizer,
+        #    RNG states, trainer state) with rotation held back, then `_save_extra_state`; 3. once every process is
+        #    done, every file fsynced and then the completion marker with their sizes, and only then the rotation, so
+        #    that the newest complete checkpoint is never the one deleted.
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:  # leftovers of an earlier, interrupted save of this step
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, COMPLETE_MARKER))
+            shutil.rmtree(os.path.join(folder, ROLLOUT_DIR), ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        mid_generation = self._buffered_inputs is not None and self._step % self._generate_every != 0
+        if mid_generation:
+            size = save_rollout(
+                folder, self.accelerator.process_index, self.accelerator.num_processes, self._step,
+                self.state.global_step, self._buffered_inputs,
+            )  # fmt: skip
+            logger.debug("Saved %d bytes of buffered rollout to %s", size, folder)
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        self._save_extra_state(folder)
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:  # every process has closed its files: sync them, then the marker with their sizes
+            write_complete_marker(
+                folder, files=sync_checkpoint_files(folder), global_step=self.state.global_step,
+                world_size=self.accelerator.num_processes, rollout=mid_generation,
+            )  # fmt: skip
+            self._rotate_after_marker(run_dir)
+
+    def _rotate_after_marker(self, run_dir: str) -> None:
+        # transformers' rotation, run after the completion marker (see `_save_checkpoint`)
+        if hasattr(self, "_rotate_checkpoints"):  # transformers < 5
+            self._rotate_checkpoints(use_mtime=True, output_dir=run_dir)
+            return
+        from transformers.trainer_utils import rotate_checkpoints
+
+        rotate_checkpoints(
+            output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+            best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
+        )  # fmt: skip
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        self._load_extra_state(checkpoint)
+        rollout = load_rollout(
+            checkpoint, self.accelerator.process_index, self.accelerator.num_processes, self.accelerator.device
+        )
+        if rollout is not None:  # continue the saved generation batch instead of generating a new one
+            self._buffered_inputs, self._step = rollout["buffered_inputs"], rollout["step"]
+            if self.accelerator.is_main_process:
+                left = self._generate_every - self._step % self._generate_every
+                logger.info("Resuming inside a generation batch: %d micro-batch(es) of it left.", left)
+
+    @property
+    def _generate_every(self) -> int:
+        """Micro-batches between two generations (GRPOTrainer's `steps_per_generation * num_iterations`)."""
+        return self.args.steps_per_generation * self.num_iterations
+
+    # for a subclass that replaces GRPO's loss ------------------------------------------------------------------------
+    def _per_token_logps(self, model, inputs, **kwargs):
+        """`(logps, entropies, aux_loss)` of `inputs`' completion tokens under `model`, as GRPOTrainer computes them."""
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        return self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([prompt_ids, completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            completion_ids.size(1),  # logits_to_keep: only the completion tokens
+            **kwargs,
+            **forward_inputs(inputs),
+        )
+
+    def _add_grpo_terms(self, mode, loss, policy_loss, per_token_logps, entropies, aux_loss, inputs, mask):
+        """`loss` (this micro-batch's policy loss) plus GRPOTrainer's other terms, scaled for gradient accumulation.
+
+        In GRPOTrainer's order: + `beta` x the KL to the reference model (per-sequence token mean, then batch mean),
+        / `gradient_accumulation_steps` (train), - the entropy bonus, + `router_aux_loss_coef` x the auxiliary loss.
+        Logs `policy_loss` (the value of `policy_loss`, with the entropy bonus), `aux_loss`, `entropy` and `kl` as
+        GRPOTrainer does (tests/test_trainer_grpo_terms.py compares them with `GRPOTrainer._compute_loss`).
+        """
+        metrics, gather = self._metrics[mode], self.accelerator.gather
+        if self.beta != 0.0:
+            old = inputs.get("old_per_token_logps")
+            kl = per_token_kl(per_token_logps, inputs["ref_per_token_logps"], old, self.args.use_bias_correction_kl)
+            loss = loss + self.beta * ((kl * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+            metrics["kl"].append(token_mean(self.accelerator, kl, mask))
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0  # no accumulation in eval
+        loss = loss / normalizer
+        if self._entropy_bonus_enabled:
+            loss = loss - self._entropy_bonus(mode, entropies, mask)
+            metrics["policy_loss"].append(gather(policy_loss.detach()).mean().item())
+        if self.aux_loss_enabled:
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            metrics["aux_loss"].append(gather(aux_loss.detach()).mean().item())
+        metrics["entropy"].append(token_mean(self.accelerator, entropies, mask))
+        return loss
+
+    def _entropy_bonus(self, mode: str, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """TRL's entropy regularisation (static `entropy_coef` or adaptive), scaled and logged as GRPOTrainer does,
+        with GRPOTrainer's controller state (`entropy_coef`, `_entropy_window_stats`, `_last_world_entropy`)."""
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        entropy_loss = (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+        # the coefficient and gate of the previous optimizer step, so every micro-batch of this one uses the same
+        adaptive, args = self.use_adaptive_entropy, self.args
+        coef = self.entropy_coef if not adaptive or self._last_world_entropy <= args.entropy_target else 0.0
+        if adaptive and mode == "train":
+            stats = torch.stack([(entropies * mask).sum(), mask.sum()]).detach()
+            window = self._entropy_window_stats
+            self._entropy_window_stats = stats if window is None else window + stats
+            if self.accelerator.sync_gradients:  # optimizer-step boundary: update the coefficient for the next one
+                totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+                world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
+                if world_entropy <= args.entropy_target:
+                    self.entropy_coef = min(self.entropy_coef + args.entropy_coef_delta, args.entropy_coef_max)
+                else:
+                    self.entropy_coef = max(self.entropy_coef - args.entropy_coef_delta, args.entropy_coef_min)
+                self._last_world_entropy = world_entropy
+                self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
+        return coef * entropy_loss

@@ -1,0 +1,187 @@
+"""`pacs.grpo.trainer`: the hardened GRPO layer, as a GRPO trainer in its own right and as the floor PACS stands on.
+
+- The layers: nothing under `pacs/grpo/` imports PACS; each TRL method is overridden in one class of `PACSTrainer`'s
+  hierarchy, and `pacs._compat` names exactly the private ones.
+- As GRPO: `HardenedGRPOTrainer` trains exactly as TRL's `GRPOTrainer` on the same run (loss, metrics, weights), with
+  the checks before work, the reward-output guard, the gradient guard, and an exact resume from a checkpoint in the
+  middle of a generation batch.
+"""
+
+import ast
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from pacs import PACSTrainer, _compat
+from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
+from pacs.grpo.checkpoints import ROLLOUT_DIR
+from pacs.grpo.guards import NonFiniteGradientGuard
+from pacs.testing import tiny_pacs_config
+
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "pacs"
+PACS_MODULES = {"config", "trainer", "loss", "labels", "critic", "split", "reference"}  # the PACS layer's rooms
+
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2) for c in completions]
+
+
+def prompts(n=32, column="prompt"):
+    return Dataset.from_dict({column: [f"What is {i} + {2 * i}?" for i in range(n)]})
+
+
+def grpo_settings(output_dir, **overrides) -> dict:
+    """The tiny CPU run's settings (`tiny_pacs_config`), as plain GRPOConfig keywords, float32."""
+    pacs_args = tiny_pacs_config(output_dir, **overrides)
+    keys = (
+        "output_dir", "use_cpu", "bf16", "per_device_train_batch_size", "gradient_accumulation_steps",
+        "steps_per_generation", "num_generations", "max_completion_length", "max_steps", "learning_rate", "optim",
+        "lr_scheduler_type", "seed", "save_strategy", "save_steps", "report_to", "logging_steps",
+    )  # fmt: skip
+    return {k: getattr(pacs_args, k) for k in keys} | {"bf16": False}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The layers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _imported_pacs_modules(path: Path) -> set[str]:
+    """The top-level `pacs` modules `path` imports: `from pacs.X`, `import pacs.X`, `from ..X` / `from .. import X`
+    (a module of `pacs/grpo/`) or `from .X` (a module of `pacs/`)."""
+    level_of_pacs = 2 if path.parent.name == "grpo" else 1
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("pacs.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("pacs."):
+            names.add(node.module.split(".")[1])
+        elif isinstance(node, ast.ImportFrom) and node.level == level_of_pacs:
+            names |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    return names
+
+
+def test_the_grpo_layer_imports_nothing_of_pacs():
+    files = sorted((SRC / "grpo").glob("*.py"))
+    assert len(files) >= 7
+    for path in files:
+        assert not _imported_pacs_modules(path) & PACS_MODULES, path.name
+    # and the check sees an upward import where there is one
+    assert {"loss", "critic"} <= _imported_pacs_modules(SRC / "split.py")
+
+
+def _trl_methods() -> set[str]:
+    """Every method and property of GRPOTrainer and its bases (transformers' Trainer), constructors aside."""
+    return {
+        name
+        for cls in GRPOTrainer.__mro__[:-1]
+        for name, value in vars(cls).items()
+        if not name.startswith("__") and (callable(value) or isinstance(value, (property, staticmethod, classmethod)))
+    }
+
+
+def test_each_trl_method_is_overridden_in_one_class():
+    layers = (PACSTrainer, HardenedGRPOTrainer)
+    owners = {name: [cls.__name__ for cls in layers if name in vars(cls)] for name in _trl_methods()}
+    assert {name: who for name, who in owners.items() if len(who) > 1} == {}
+    overridden = {name for name, who in owners.items() if who}
+    # the PACS layer overrides the loss and the batch shuffle of TRL, and nothing the hardened layer overrides
+    assert {name for name in overridden if name in vars(PACSTrainer)} == {"_compute_loss", "_prepare_inputs"}
+    # every private GRPOTrainer method overridden is named in `_compat` (checked at import) and vice versa
+    private = {name for name in overridden if name.startswith("_") and name in vars(GRPOTrainer)}
+    assert private == set(_compat._OVERRIDDEN)
+    # extension points: the hardened layer defines them, PACS extends them; TRL has none of these names
+    points = {"_check_args", "_before_generation", "_after_rewards", "_after_scoring", "_save_extra_state",
+              "_load_extra_state"}  # fmt: skip
+    assert points <= set(vars(HardenedGRPOTrainer)) and points <= set(vars(PACSTrainer))
+    assert not points & _trl_methods()
+
+
+def test_the_pacs_trainer_holds_no_hardening():
+    source = (SRC / "trainer.py").read_text()
+    for room in ("checkpoints", "guards", "vllm_sync", "checks"):
+        assert f"grpo.{room}" not in source, room
+    # `pacs train` picks the trainer and its config from one table: no branch of the run tests the algorithm
+    tests = [
+        ast.unparse(node.test)
+        for node in ast.walk(ast.parse((SRC / "train.py").read_text()))
+        if isinstance(node, (ast.If, ast.IfExp, ast.While))
+    ]
+    assert len(tests) > 5 and not [test for test in tests if "algorithm" in test]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# As a GRPO trainer
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _train(trainer_cls, config_cls, model_dir, output_dir, **overrides):
+    args = config_cls(**grpo_settings(output_dir, **overrides))
+    trainer = trainer_cls(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    trainer.train()
+    return trainer
+
+
+def test_trains_exactly_as_grpo_trainer(tiny_model_dir, tmp_path):
+    # 2 optimizer steps per generation (the old log-probs path), 3 steps: TRL's loss, metrics and weights, unchanged
+    settings = dict(max_steps=3, gradient_accumulation_steps=1, steps_per_generation=2, logging_steps=1)
+    plain = _train(GRPOTrainer, GRPOConfig, tiny_model_dir, tmp_path / "plain", **settings)
+    hardened = _train(HardenedGRPOTrainer, HardenedGRPOConfig, tiny_model_dir, tmp_path / "hardened", **settings)
+    logs = [t.state.log_history for t in (plain, hardened)]
+    losses = [[entry["loss"] for entry in log if "loss" in entry] for log in logs]
+    assert len(losses[0]) == 3 and losses[0] == losses[1] and any(loss != 0 for loss in losses[0])
+    for key in ("reward", "entropy", "completions/mean_length"):
+        assert [e[key] for e in logs[0] if key in e] == [e[key] for e in logs[1] if key in e], key
+    for (name, a), b in zip(plain.model.named_parameters(), hardened.model.parameters(), strict=True):
+        assert torch.equal(a, b), name
+    # the gradient guard sits on the hardened trainer's optimizer, and counted no skipped step
+    assert any(isinstance(c, NonFiniteGradientGuard) for c in hardened.callback_handler.callbacks)
+    assert not any(isinstance(c, NonFiniteGradientGuard) for c in plain.callback_handler.callbacks)
+    assert [e["pacs/skipped_steps"] for e in logs[1] if "pacs/skipped_steps" in e][-1] == 0
+
+
+def test_checks_run_before_the_model_loads(tiny_model_dir, tmp_path):
+    args = HardenedGRPOConfig(**grpo_settings(tmp_path))
+    with pytest.raises(ValueError, match="no 'prompt' column"):
+        HardenedGRPOTrainer(
+            model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts(column="question")
+        )
+    with pytest.raises(ValueError, match="No such model directory"):
+        HardenedGRPOTrainer(model=str(tmp_path / "missing"), reward_funcs=parity_reward, args=args)
+    with pytest.raises(TypeError, match=r"HardenedGRPOTrainer needs args=HardenedGRPOConfig\(...\), got GRPOConfig"):
+        HardenedGRPOTrainer(
+            model=tiny_model_dir, reward_funcs=parity_reward, args=GRPOConfig(**grpo_settings(tmp_path))
+        )
+
+
+def test_a_nan_reward_is_an_error_naming_the_function(tiny_model_dir, tmp_path):
+    def nan_reward(completions, **kwargs):
+        return [math.nan] * len(completions)
+
+    args = HardenedGRPOConfig(**grpo_settings(tmp_path, max_steps=1))
+    trainer = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=nan_reward, args=args, train_dataset=prompts())
+    with pytest.raises(ValueError, match="nan_reward returned nan for completion 0 of"):
+        trainer.train()
+
+
+def test_resume_in_the_middle_of_a_generation_is_exact(tiny_model_dir, tmp_path):
+    # 2 optimizer steps per generation, a checkpoint after each: checkpoint-1 falls inside the first generation
+    settings = dict(
+        max_steps=3, gradient_accumulation_steps=1, steps_per_generation=2, optim="sgd", learning_rate=0.1,
+        lr_scheduler_type="linear", seed=3, save_strategy="steps", save_steps=1,
+    )  # fmt: skip
+    full = _train(HardenedGRPOTrainer, HardenedGRPOConfig, tiny_model_dir, tmp_path / "full", **settings)
+    assert (tmp_path / "full" / "checkpoint-1" / ROLLOUT_DIR).is_dir()
+    assert not (tmp_path / "full" / "checkpoint-2" / ROLLOUT_DIR).exists()  # a generation boundary
+    args = HardenedGRPOConfig(**grpo_settings(tmp_path / "full", **settings))
+    resumed = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))
+    initial = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    flat = [torch.cat([p.detach().flatten() for p in t.model.parameters()]) for t in (initial, full, resumed)]
+    update = (flat[1] - flat[0]).norm()
+    assert update > 0 and (flat[2] - flat[1]).norm() / update <= 1e-6
