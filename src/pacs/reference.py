@@ -139,7 +139,7 @@ class ReferenceAnchor:
         self.at_policy = False  # pi_ref == the policy at the current generation's start: psi == 0 on its first step
         self.warmup = trainer.args.pacs_reset_warmup_steps
         self._lrs: tuple[list[float], list[float]] | None = None  # (scheduled, written) learning rates, re-warmup
-        self._factor_step: int | None = None  # the optimizer step whose factor was logged last
+        self.lr_factor: float | None = None  # the re-warmup factor of the current optimizer step (None: no reset yet)
         model = trainer.model
         self.peft = is_peft_model(model)
         self.shared = False  # pi_ref is TRL's KL reference model
@@ -256,12 +256,7 @@ class ReferenceAnchor:
         for group, lr in zip(groups, written, strict=True):
             group["lr"] = lr
         self._lrs = (scheduled, written)
-        logged, step = self.trainer._metrics["train"]["pacs/lr_factor"], self.trainer.state.global_step
-        if self._factor_step == step and logged:  # applied again in the same step (a reset): the later one holds
-            logged[-1] = factor
-        else:
-            logged.append(factor)
-        self._factor_step = step
+        self.lr_factor = factor  # applied again in the same step (a reset): the later one holds
 
     def after_generation(self, output: dict) -> dict:
         """Adds pi_ref's per-token log-probabilities of the generation batch (`LOGPS_KEY`) to `output`."""
@@ -290,10 +285,13 @@ class ReferenceAnchor:
 
     def metrics(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> dict[str, float]:
         """`pacs/reference_kl` (k3 estimate of KL(pi_theta || pi_ref) on the sampled tokens) and
-        `pacs/reference_resets`, for each training micro-batch."""
+        `pacs/reference_resets`, for each training micro-batch; `pacs/lr_factor` on each optimizer step's last."""
         kl = per_token_kl(per_token_logps.detach(), inputs[LOGPS_KEY], None, bias_correction=False)  # (B, T)
-        kl_mean = token_mean(self.trainer.accelerator, kl, mask)
-        return {"pacs/reference_kl": kl_mean, "pacs/reference_resets": float(self.resets)}
+        accelerator = self.trainer.accelerator
+        metrics = {"pacs/reference_kl": token_mean(accelerator, kl, mask), "pacs/reference_resets": float(self.resets)}
+        if self.lr_factor is not None and accelerator.sync_gradients:  # once per optimizer step, the factor it used
+            metrics["pacs/lr_factor"] = self.lr_factor
+        return metrics
 
     def callbacks(self) -> list[TrainerCallback]:
         """The re-warmup at each optimizer step's start, with `pacs_reset_warmup_steps`."""
