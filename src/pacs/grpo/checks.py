@@ -302,37 +302,42 @@ def _check_environments(
     passed = [c for c in kept if not (multi and c == "environment")]
     factories = environment_factory.items() if multi else [(None, environment_factory)]
     for env_name, factory in factories:
-        if not inspect.isclass(factory) or not callable(getattr(factory, "reset", None)):
-            continue  # cannot tell without building it (and TRL itself refuses a missing `reset`)
-        try:
-            params = list(inspect.signature(factory.reset).parameters.values())
-        except (TypeError, ValueError):
+        _check_reset(factory, env_name, name, columns, passed, multi, fix)
+
+
+def _check_reset(factory, env_name, name: str, columns: list[str], passed: list[str], multi: bool, fix: str) -> None:
+    """An environment class's `reset` against the columns that reach it (`passed`): TRL calls `reset(**row)`."""
+    if not inspect.isclass(factory) or not callable(getattr(factory, "reset", None)):
+        return  # cannot tell without building it (and TRL itself refuses a missing `reset`)
+    try:
+        params = list(inspect.signature(factory.reset).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if not isinstance(inspect.getattr_static(factory, "reset"), (staticmethod, classmethod)) and params:
+        params = params[1:]  # self
+    label = f"{factory.__name__}.reset" + ("" if env_name is None else f" (environment {env_name!r})")
+    unexpected = _unexpected_keywords(params, passed)
+    if unexpected:
+        raise ValueError(
+            f"{label} does not take **kwargs, but TRL calls reset(**row) with every column of {name} that "
+            f"reaches it ({passed}), so {unexpected} would be unexpected keyword arguments at the first "
+            f"generation. Add **kwargs to its parameters: def reset(self, ..., **kwargs)."
+        )
+    for param in _required(params):
+        if param.name in passed:
             continue
-        if not isinstance(inspect.getattr_static(factory, "reset"), (staticmethod, classmethod)) and params:
-            params = params[1:]  # self
-        label = f"{factory.__name__}.reset" + ("" if env_name is None else f" (environment {env_name!r})")
-        unexpected = _unexpected_keywords(params, passed)
-        if unexpected:
-            raise ValueError(
-                f"{label} does not take **kwargs, but TRL calls reset(**row) with every column of {name} that "
-                f"reaches it ({passed}), so {unexpected} would be unexpected keyword arguments at the first "
-                f"generation. Add **kwargs to its parameters: def reset(self, ..., **kwargs)."
+        dropped = param.name in columns and param.name != "environment"
+        raise ValueError(
+            f"{label} needs the keyword `{param.name}`, which TRL takes from each row of {name}, but "
+            + (
+                f"remove_unused_columns=True drops the column {param.name!r}; {fix}."
+                if dropped
+                else f"{name} has no such column (its columns are {columns}"
+                + ("; TRL keeps `environment` to itself" if param.name == "environment" and multi else "")
+                + f"). Add the column, or give the parameter a default: def reset(self, {param.name}=None, "
+                "**kwargs)."
             )
-        for param in _required(params):
-            if param.name in passed:
-                continue
-            dropped = param.name in columns and param.name != "environment"
-            raise ValueError(
-                f"{label} needs the keyword `{param.name}`, which TRL takes from each row of {name}, but "
-                + (
-                    f"remove_unused_columns=True drops the column {param.name!r}; {fix}."
-                    if dropped
-                    else f"{name} has no such column (its columns are {columns}"
-                    + ("; TRL keeps `environment` to itself" if param.name == "environment" and multi else "")
-                    + f"). Add the column, or give the parameter a default: def reset(self, {param.name}=None, "
-                    "**kwargs)."
-                )
-            )
+        )
 
 
 def _is_module(obj: Any) -> bool:
