@@ -82,14 +82,18 @@ def test_the_installed_metadata_is_this_distributions():
     assert "pacs" in (importlib.metadata.distribution(DISTRIBUTION).read_text("top_level.txt") or "pacs").split()
 
 
-def test_recipes_and_accelerate_configs_are_package_data():
-    """Every shipped YAML file matches a package-data glob, so a wheel carries it (one copy: none left in examples/)."""
+def test_recipes_configs_and_bundled_data_are_package_data():
+    """Every shipped YAML file and bundled data file matches a package-data glob, so a wheel carries it (one copy of
+    each YAML file: none left in examples/)."""
     from fnmatch import fnmatch
 
     data = PYPROJECT["tool"]["setuptools"]["package-data"]
     src = ROOT / "src"
     shipped = [*(src / "pacs" / "recipes").glob("*.yaml"), *(src / "pacs" / "accelerate_configs").glob("*.yaml")]
     assert len(shipped) >= 10
+    bundled = list((src / "pacs" / "bundled_data").iterdir())  # what pacs.data.DATA_DIR reads
+    assert len(bundled) >= 8 and (src / "pacs" / "bundled_data" / "README.md") in bundled
+    shipped += bundled
     for path in shipped:
         covered = False
         for package, globs in data.items():

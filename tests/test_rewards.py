@@ -1,4 +1,5 @@
-"""Tests for `pacs.rewards`: the equivalence table, the time bound on hostile inputs, the pool's recovery, lookups."""
+"""Tests for `pacs.rewards` and `pacs.verifier_pool`: the equivalence table, the time bound on hostile inputs, the
+pool's recovery, lookups."""
 
 import os
 import signal
@@ -9,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pacs import rewards
+from pacs import rewards, verifier_pool
 from pacs.rewards import extract_answer, format_reward, get_reward_funcs, make_math_reward, math_reward
 from pacs.testing import HOSTILE_COMPLETIONS
 
@@ -169,7 +170,7 @@ def test_hostile_inputs_are_bounded(where):
 
 def test_worker_past_deadline_is_killed_and_replaced():
     # math-verify's in-worker alarm set far away: only the pool's hard deadline can stop the power tower
-    pool = rewards._VerifierPool(num_workers=1, timeout=1.0, mv_timeout=60)
+    pool = verifier_pool._VerifierPool(num_workers=1, timeout=1.0, mv_timeout=60)
     try:
         start = time.perf_counter()
         results = pool.map([("9^{9^{9^{9}}}", "", "3"), ("3", "", "3")])
@@ -181,7 +182,7 @@ def test_worker_past_deadline_is_killed_and_replaced():
 
 
 def test_dead_worker_is_replaced():
-    pool = rewards._VerifierPool(num_workers=1, timeout=5.0)
+    pool = verifier_pool._VerifierPool(num_workers=1, timeout=5.0)
     try:
         assert pool.map([("1", "", "1")]) == [(1.0, "1")]
         os.kill(pool.workers[0].proc.pid, signal.SIGKILL)
@@ -194,7 +195,7 @@ def test_dead_worker_is_replaced():
 def test_worker_module_does_not_import_torch():
     code = (
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('w', {rewards.__file__!r})\n"
+        f"spec = importlib.util.spec_from_file_location('w', {verifier_pool.__file__!r})\n"
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
         "assert m._score_safe('1', '', '1', 1) == (1.0, '1')\n"
         "print(sorted(k for k in ('torch', 'transformers', 'pacs') if k in sys.modules))\n"

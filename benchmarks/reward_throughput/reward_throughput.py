@@ -54,11 +54,11 @@ def main(argv=None):
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)
 
-    from pacs import rewards
+    from pacs import rewards, verifier_pool
 
     items = make_items(args.num_items)
     completions, golds = [c for c, _ in items], [g for _, g in items]
-    num_workers = args.num_workers or rewards._default_num_workers()
+    num_workers = args.num_workers or verifier_pool._default_num_workers()
     print(f"{len(items)} items, {os.cpu_count()} CPUs, {num_workers} verifier workers")
 
     start = time.perf_counter()
@@ -96,7 +96,7 @@ def main(argv=None):
             t2 = time.perf_counter() - start
         results[f"hostile/{name}"] = (t1, t2)
         print(f"  {name:16s} {len(text):7d} chars  {t1:5.2f} / {t2:5.2f}  {r1} {r2}")
-    pool = rewards._VerifierPool(1, timeout=3.0, mv_timeout=60)
+    pool = verifier_pool._VerifierPool(1, timeout=3.0, mv_timeout=60)
     start = time.perf_counter()
     r = pool.map([("9^{9^{9^{9}}}", "", "3")])
     print(f"  hard kill (in-worker alarm off, 3 s deadline): {time.perf_counter() - start:.2f} s {r} {pool.stats}")

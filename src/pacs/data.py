@@ -17,8 +17,9 @@ replaces it.
 >>> ds[0]["prompt"][1]["content"].endswith("put your final answer within \\\\boxed{}.")
 True
 
-The five benchmarks of the paper ship inside the package (`src/pacs/data/`, sources in the README there), so that
-evaluation runs offline. Their hub copies, for reference or for loading with `load_train_dataset(..., split="test")`:
+The five benchmarks of the paper ship inside the package (`src/pacs/bundled_data/`, sources in the README there),
+so that evaluation runs offline. Their hub copies, for reference or for loading with
+`load_train_dataset(..., split="test")`:
 
 | name | rows | hub alternative |
 | --- | --- | --- |
@@ -54,7 +55,8 @@ __all__ = [
     "make_prompt",
 ]
 
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = Path(__file__).parent / "bundled_data"
+"""The folder of the bundled JSON Lines files (package data; named apart from this module, `pacs.data`)."""
 
 PROMPT_SUFFIX = " Please reason step by step, and put your final answer within \\boxed{}."
 """Appended to every problem: the prompt of the paper (and of DeepScaleR, Qwen2.5-Math)."""
