@@ -50,6 +50,7 @@ __all__ = [
     "PROMPT_SUFFIX",
     "SYSTEM_PROMPT",
     "TRAIN_DATASETS",
+    "drop_long_prompts",
     "load_benchmark",
     "load_train_dataset",
     "make_prompt",
@@ -334,3 +335,34 @@ def _load_raw_train_dataset(name: str, split: str) -> tuple[Dataset, str]:
             ) from e
         source = hub_id
     return dataset, source
+
+
+def drop_long_prompts(dataset, tokenizer, max_prompt_tokens: int, chat_template_kwargs: dict | None = None):
+    """`dataset` without the rows whose prompt is longer than `max_prompt_tokens` tokens, counted as GRPOTrainer
+    tokenizes it (conversations: the chat template with the generation prompt, as in its `_tokenize_prompts`)."""
+    if max_prompt_tokens < 1:
+        raise ValueError(
+            f"max_prompt_tokens must be at least 1 (or unset to keep every prompt), got {max_prompt_tokens}."
+        )
+    lengths = []
+    for start in range(0, len(dataset), 1024):
+        prompts = dataset[start : start + 1024]["prompt"]
+        if isinstance(prompts[0], str):
+            ids = tokenizer(text=prompts)["input_ids"]
+        else:
+            ids = tokenizer.apply_chat_template(
+                conversation=prompts, add_generation_prompt=True, tokenize=True, return_dict=True,
+                **(chat_template_kwargs or {}),
+            )["input_ids"]  # fmt: skip
+        lengths += [len(x) for x in ids]
+    keep = [i for i, n in enumerate(lengths) if n <= max_prompt_tokens]
+    logger.info(
+        "max_prompt_tokens=%d: dropped %d of %d training prompts (longest: %d tokens, chat template applied)",
+        max_prompt_tokens, len(dataset) - len(keep), len(dataset), max(lengths, default=0),
+    )  # fmt: skip
+    if not keep:
+        raise ValueError(
+            f"Every training prompt is longer than max_prompt_tokens={max_prompt_tokens} tokens (the shortest has "
+            f"{min(lengths, default=0)}); raise --max_prompt_tokens or leave it unset."
+        )
+    return dataset if len(keep) == len(dataset) else dataset.select(keep)
