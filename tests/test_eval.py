@@ -444,10 +444,10 @@ def test_cli_column_flags_default():
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Records each call of the generator's loader (there must be none) instead of loading."""
-    import pacs.eval.run
+    import pacs.eval.backends
 
     calls = []
-    monkeypatch.setattr(pacs.eval.run, "_load_model", lambda *args, **kwargs: calls.append(args))
+    monkeypatch.setattr(pacs.eval.backends, "_load_model", lambda *args, **kwargs: calls.append(args))
     return calls
 
 
@@ -543,12 +543,12 @@ def test_pacs_eval_diversity_end_to_end(tiny_model_dir, tiny_embedding_model, tm
     assert json.load(open(out / "eval_config.json"))["diversity_model"] == tiny_embedding_model
 
     # on a finished run, --resume --diversity scores the saved responses without loading the generator again
-    import pacs.eval.run
+    import pacs.eval.backends
 
     def no_model(*args, **kwargs):
         raise AssertionError("the generator was loaded although no sample was missing")
 
-    monkeypatch.setattr(pacs.eval.run, "_load_model", no_model)
+    monkeypatch.setattr(pacs.eval.backends, "_load_model", no_model)
     assert _run_cli([*argv, "--resume", "--diversity", "--diversity-model", tiny_embedding_model]) == 0
     again = json.load(open(out / "eval_metrics.json"))
     assert again["aime24"]["diversity"] == pytest.approx(metrics["aime24"]["diversity"], rel=1e-5)

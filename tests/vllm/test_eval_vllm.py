@@ -8,7 +8,8 @@ import json
 import pytest
 
 from pacs.eval import evaluate
-from pacs.eval.run import METRICS_FILE, OUTPUT_FILES, ROLLOUTS_FILE, _resolve_backend
+from pacs.eval.backends import _resolve_backend
+from pacs.eval.output import METRICS_FILE, OUTPUT_FILES, ROLLOUTS_FILE
 
 
 pytestmark = pytest.mark.vllm

@@ -7,10 +7,11 @@ the paper's diversity score.
 """
 
 from .diversity import DEFAULT_DIVERSITY_MODEL, diversity_score, pairwise_cosine_distance
-from .passk import default_ks, mean_pass_at_k, pass_at_k
+from .passk import compute_metrics, default_ks, mean_pass_at_k, pass_at_k
 from .plot import plot_pass_at_k
 from .report import PAPER_BASELINES, PAPER_KS
-from .run import DEFAULT_BENCHMARKS, EvalSettings, compute_metrics, evaluate
+from .run import DEFAULT_BENCHMARKS, evaluate
+from .settings import EvalSettings
 
 
 __all__ = [

@@ -83,7 +83,7 @@ def make_parser():
     """The `pacs eval` option parser: TRL's `TrlParser` over [`EvalArguments`] and `EvalSettings`."""
     from trl import TrlParser
 
-    from .run import EvalSettings
+    from .settings import EvalSettings
 
     parser = TrlParser(
         (EvalArguments, EvalSettings), prog="pacs eval", description=DESCRIPTION, formatter_class=_HelpFormatter

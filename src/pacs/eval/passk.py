@@ -6,7 +6,8 @@ replacement is correct is
     pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i),
 
 and the product form never builds the huge binomials, so it is exact to float precision for any `n` (1024 and far
-beyond). A benchmark's pass@k is the mean over its problems.
+beyond). A benchmark's pass@k is the mean over its problems; [`compute_metrics`] computes it per benchmark from the
+records of a run.
 
 >>> pass_at_k(4, 1, 1)
 0.25
@@ -16,10 +17,12 @@ beyond). A benchmark's pass@k is the mean over its problems.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 
-__all__ = ["default_ks", "mean_pass_at_k", "pass_at_k"]
+__all__ = ["compute_metrics", "default_ks", "mean_pass_at_k", "pass_at_k"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -72,3 +75,46 @@ def default_ks(n: int) -> list[int]:
     if n >= 1 and ks[-1] != n:
         ks.append(n)
     return ks
+
+
+def compute_metrics(
+    rollouts: Iterable[Mapping[str, Any]], problems: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, dict[str, float | int]]:
+    """pass@k per benchmark from rollout records (`benchmark`, `problem_id`, `correct`).
+
+    Problems may have different sample counts (a resumed run, a larger `n` than before): each problem's pass@k uses
+    its own `n_i`, and the reported k go up to `n = min_i n_i`, so that every problem counts for every k.
+
+    Args:
+        rollouts (`Iterable[Mapping]`):
+            Records as written to `eval_rollouts.jsonl`.
+        problems (`Mapping[str, Sequence[str]]` or `None`, *optional*, defaults to `None`):
+            The problem ids to report per benchmark; other records are ignored. A listed problem without samples is
+            an error. `None` reports every problem found.
+
+    Returns:
+        `dict`: `{benchmark: {"num_problems", "n", "pass@1", ..., "pass@<n>"}}`, pass@k in percent.
+    """
+    counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))  # [n_i, c_i]
+    for r in rollouts:
+        entry = counts[r["benchmark"]][str(r["problem_id"])]
+        entry[0] += 1
+        entry[1] += int(bool(r["correct"]))
+    metrics: dict[str, dict[str, float | int]] = {}
+    for benchmark in problems if problems is not None else counts:
+        per_problem = counts.get(benchmark, {})
+        ids = [str(i) for i in problems[benchmark]] if problems is not None else list(per_problem)
+        missing = [i for i in ids if i not in per_problem]
+        if missing:
+            raise ValueError(
+                f"{benchmark}: no samples for problems {missing[:5]} (and {max(0, len(missing) - 5)} more)."
+            )
+        if not ids:
+            continue
+        nc = [per_problem[i] for i in ids]
+        n = min(n_i for n_i, _ in nc)
+        result: dict[str, float | int] = {"num_problems": len(ids), "n": n}
+        for k in default_ks(n):
+            result[f"pass@{k}"] = 100.0 * sum(pass_at_k(n_i, c_i, k) for n_i, c_i in nc) / len(nc)
+        metrics[benchmark] = result
+    return metrics
