@@ -178,7 +178,9 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
     from pacs.grpo import HardenedGRPOConfig
 
     script_args, args, _ = parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo")
-    assert script_args.algorithm == "grpo" and isinstance(args, HardenedGRPOConfig) and not isinstance(args, PACSConfig)
+    assert (
+        script_args.algorithm == "grpo" and isinstance(args, HardenedGRPOConfig) and not isinstance(args, PACSConfig)
+    )
     assert isinstance(args, GRPOConfig)
     grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     assert {f.name for f in dataclasses.fields(args)} == grpo_fields | {"pacs_max_skipped_steps"}
