@@ -475,7 +475,7 @@ def run(args: argparse.Namespace) -> int:
     # 6. Report.
     with open(output_dir / "demo_metrics.json", "w") as f:
         json.dump(metrics, f, indent=2)
-    plot(metrics, output_dir / "demo.png")
+    plot(metrics, output_dir / "demo.png", ALGORITHMS[metrics.get("algorithm", "pacs")])
     print(format_table(metrics))
     print(f"\nWrote {output_dir / 'demo.png'} and {output_dir / 'demo_metrics.json'}")
     return 0

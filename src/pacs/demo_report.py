@@ -78,11 +78,10 @@ def format_table(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(metrics: dict, path: str | os.PathLike) -> None:
-    """Three panels: training reward per step, implicit critic's within-group ranking per step, held-out accuracy before/after."""
+def plot(metrics: dict, path: str | os.PathLike, trainer_name: str = "PACSTrainer") -> None:
+    """Three panels: training reward per step, implicit critic's within-group ranking per step, held-out accuracy
+    before/after; `trainer_name` (the trainer's class name) goes in the title."""
     import matplotlib
-
-    from .demo import ALGORITHMS  # the trainer's class name, for the title
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -119,7 +118,7 @@ def plot(metrics: dict, path: str | os.PathLike) -> None:
     axes[2].set_ylim(0, 1)
     axes[2].set_title(f"held-out accuracy, n={after['n']} (95% CI)", fontsize=10)
     fig.suptitle(
-        f"pacs demo: {metrics['model_name']}, {ALGORITHMS[metrics.get('algorithm', 'pacs')]}, seed {metrics['seed']}, "
+        f"pacs demo: {metrics['model_name']}, {trainer_name}, seed {metrics['seed']}, "
         f"{metrics['max_steps']} steps, {metrics['wall_time_s'] / 60:.1f} min",
         fontsize=11,
     )
