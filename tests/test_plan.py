@@ -89,6 +89,79 @@ def test_an_unknown_model_offline_is_a_clear_error():
         model_shape("someone/unknown-model")
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_parameters_counted_on_the_meta_device_are_the_real_models(tiny_model_dir, tmp_path, tied):
+    import json
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    directory = tiny_model_dir
+    if not tied:  # the same model with an LM head of its own
+        config = json.loads((Path(tiny_model_dir) / "config.json").read_text())
+        (tmp_path / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+        directory = str(tmp_path)
+    counted = pacs_plan.count_parameters(directory)
+    if tied:
+        model = AutoModelForCausalLM.from_pretrained(directory)
+    else:
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(directory))
+    unique = {id(p): p for p in model.parameters()}.values()
+    assert counted.total == sum(p.numel() for p in unique)
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    assert counted.lm_head == model.lm_head.weight.numel()
+    assert counted.layer == sum(p.numel() for p in model.model.layers[0].parameters())
+    # a local model's shape carries the counts; the formula the Qwen3 table relies on gives the same
+    shape = model_shape(directory)
+    assert shape.counted == counted and shape.num_params == counted.total
+    formula = dataclasses.replace(shape, counted=None)
+    assert (formula.num_params, formula.embedding_params, formula.layer_params) == (
+        counted.total,
+        counted.lm_head,
+        counted.layer,
+    )
+
+
+def fake_hub_cache(root: Path, repo_id: str, config_file: Path) -> Path:
+    """A local HF cache (the hub's layout) holding `repo_id`'s config.json only."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text(config_file.read_text())
+    return root
+
+
+def test_a_hub_id_is_counted_from_the_cache_and_a_qwen3_one_from_the_table(tiny_model_dir, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    config = Path(tiny_model_dir) / "config.json"
+    cache = fake_hub_cache(tmp_path, "someone/tiny-qwen3", config)
+    fake_hub_cache(cache, "Qwen/Qwen3-4B", config)  # the table wins over the cache: the same plan on every machine
+    # read at call time by huggingface_hub and transformers (HF_HUB_CACHE is read once, at import)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    cached = model_shape("someone/tiny-qwen3")
+    assert cached.source == "the HF cache (someone/tiny-qwen3)"
+    assert cached.counted == pacs_plan.count_parameters(tiny_model_dir) and cached.num_params == cached.counted.total
+    # offline, a hub id neither cached nor local: the table for the Qwen3 family (its formula), an error otherwise
+    table = model_shape("Qwen/Qwen3-4B")
+    assert table.source == "pacs.plan's Qwen3 table" and table.counted is None
+    assert round(table.num_params / 1e9, 2) == 4.02
+    assert pacs_plan.count_parameters("Qwen/Qwen3-8B") is None  # not in this cache
+    with pytest.raises(ValueError, match="unknown offline"):
+        model_shape("someone/unknown-model")
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import pacs.plan.shape
+
+    for module in (pacs_plan, pacs.plan.shape):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The shipped recipes on their documented hardware
 # ---------------------------------------------------------------------------------------------------------------------
@@ -287,7 +360,7 @@ def test_train_script_stops_before_the_model_loads(train_qwen, tiny_model_dir, m
     def trainer(*args, **kwargs):
         raise Loaded
 
-    monkeypatch.setattr(train_qwen, "PACSTrainer", trainer)
+    monkeypatch.setitem(train_qwen.ALGORITHMS, "pacs", (trainer, train_qwen.PACSConfig))
     base = ["--config", str(RECIPES / "tiny_cpu.yaml"), "--model_name_or_path", tiny_model_dir]
     # bf16 weights in one process at lr 1e-6: refused before the trainer (and the model) is built
     with pytest.raises(ValueError, match=r"\[dtype\].*dtype: float32"):
@@ -307,6 +380,27 @@ def test_runtime_check_reads_the_run(train_qwen, tiny_model_dir, monkeypatch):
     )
     plan = pacs_plan.check_training_plan(script_args, args, model_args)
     assert "1 processes" in plan.render() and "no DeepSpeed" in plan.render() and not plan.errors
+
+
+def test_the_run_is_resolved_once_into_one_frozen_object():
+    from pacs.plan.launch import recipe_launch
+    from pacs.train import read_recipe
+
+    recipe = read_recipe(["--config", "qwen3_8b_pacs_lora_1gpu", "--use_cpu", "true"])
+    args, model_args = recipe.training_args, recipe.model_args
+    launch, shape = recipe_launch(recipe, gpu_memory_gb=80), model_shape(model_args.model_name_or_path)
+    run = pacs_plan.resolve_run(recipe.script_args, args, model_args, launch, shape)
+    assert run.use_peft and run.dtype == str(model_args.dtype) and run.world_size == 1
+    assert run.trainable == shape.lora_params(model_args.lora_r, model_args.lora_target_modules) < shape.num_params
+    arithmetic = pacs_plan.batch_arithmetic(args, 1)
+    assert run.completions_per_generation == arithmetic["completions_per_generation"]
+    assert run.optimizer_steps_per_generation == arithmetic["optimizer_steps_per_generation"] == 4
+    assert pacs_plan.batch_arithmetic(run, 1) == arithmetic  # the run answers TRL's arithmetic as its config does
+    assert run.seq_tokens == run.prompt_tokens + args.max_completion_length
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.use_peft = False
+    plan = pacs_plan.plan_run(run)
+    assert plan.render() == plan_of("qwen3_8b_pacs_lora_1gpu.yaml", gpu_memory_gb=80).render()
 
 
 def test_launch_from_accelerate_configs():
