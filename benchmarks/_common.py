@@ -1,8 +1,9 @@
 """What the benchmark scripts share for measuring: offline environment, machine/version info, statistics, the critic
 and clipping summaries read from a trainer's `log_history`, a per-run JSON cache and a pool of worker processes.
 
-Not run on its own; the scripts in benchmarks/ import it (before transformers: it sets the offline environment).
-Rendering (markdown tables, intervals, goals met or missed) lives in `report.py`.
+Not run on its own; the scripts of every study (benchmarks/<study>/, which put benchmarks/ on `sys.path`) and the GPU
+check import it, before transformers: it sets the offline environment. Rendering (markdown tables, intervals, goals met
+or missed) lives in `report.py`.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ the measured number with the threshold and prints both.
 from __future__ import annotations
 
 import operator
+from pathlib import Path
 
 import _common
 
@@ -26,6 +27,23 @@ def machine_markdown(info: dict) -> str:
         f"trl {info['trl']}, pacs {info['pacs']}" + (f" (git {info['pacs_git']})" if info.get("pacs_git") else ""),
     ]
     return "\n".join(lines)
+
+
+def command(argv: list[str], script: str) -> str:
+    """`python <script> <args>` of a run's `argv`, the script named from `benchmarks/` as it was when the run was made.
+
+    Runs made before the studies got their folders name `benchmarks/<script>.py`; `script` (the path today) stands in
+    where argv[0] does not name a folder called benchmarks.
+
+    >>> command(["/work/main/benchmarks/learning.py", "--jobs", "2"], "benchmarks/learning/learning.py")
+    'python benchmarks/learning.py --jobs 2'
+    >>> command(["learning.py", "--smoke"], "benchmarks/learning/learning.py")
+    'python benchmarks/learning/learning.py --smoke'
+    """
+    parts = Path(argv[0]).parts
+    if "benchmarks" in parts:
+        script = "/".join(parts[len(parts) - 1 - parts[::-1].index("benchmarks") :])
+    return " ".join(["python", script, *argv[1:]])
 
 
 def table(head: list[str], rows: list[list]) -> str:

@@ -2,13 +2,15 @@
 
     python -m pytest tests/test_benchmarks.py -q
 
-The real runs (minutes to tens of minutes) are not part of CI; see benchmarks/README.md.
+The real runs (minutes to tens of minutes) are not part of CI; see benchmarks/README.md. Each study has its folder
+(benchmarks/<study>/: its scripts, report module and results); the helpers they share sit in benchmarks/ itself.
 """
 
 import ast
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -19,18 +21,23 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 if str(BENCHMARKS) not in sys.path:
-    sys.path.insert(0, str(BENCHMARKS))  # the scripts import their siblings (`_common`, `report`, ...)
+    sys.path.insert(0, str(BENCHMARKS))  # the shared helpers (`_common`, `report`, `_tasks`)
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"pacs_benchmarks_{name}", BENCHMARKS / f"{name}.py")
+    """A benchmark module by its path under benchmarks/, e.g. "anchor/anchor", with its folder on sys.path (as when
+    it runs as a script) for its siblings (`anchor_report`, ...)."""
+    path = BENCHMARKS / f"{name}.py"
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"pacs_benchmarks_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_step_cost_smoke(tmp_path):
-    step_cost = _load("step_cost")
+    step_cost = _load("step_cost/step_cost")
     out = step_cost.main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
     assert {r["trainer"] for r in out["results"]} == {"PACS", "GRPO", "RLOO"}
     for r in out["results"]:
@@ -41,7 +48,7 @@ def test_step_cost_smoke(tmp_path):
 
 
 def test_learning_smoke(tmp_path, capsys):
-    learning = _load("learning")
+    learning = _load("learning/learning")
     argv = ["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")]
     raw = learning.main(argv)
     tables = capsys.readouterr().out  # the report's tables (smoke mode writes no markdown)
@@ -114,7 +121,9 @@ def test_critic_summary_leaves_out_exactly_the_generating_steps(tmp_path):
 
     import _common
 
-    setup = _load("step_cost_setup")  # a tiny random Qwen3 and a parity reward: mixed groups, a moving policy
+    setup = _load(
+        "step_cost/step_cost_setup"
+    )  # a tiny random Qwen3 and a parity reward: mixed groups, a moving policy
     args = argparse.Namespace(device="cpu", prompts_per_step=2, num_generations=4, per_device=None, seed=0, steps=6,
                               work_dir=str(tmp_path), warmup_steps=0, steps_per_generation=3, completion_length=8,
                               model_config="tiny", prompt_length=4)  # fmt: skip
@@ -144,7 +153,7 @@ def test_report_goal_and_interval():
     assert report.interval([0.25]) == "0.250" and report.interval([]) == "n/a"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in BENCHMARKS.glob("*.py")))
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(BENCHMARKS)) for p in BENCHMARKS.rglob("*.py")))
 def test_benchmark_at_most_400_lines_and_overrides_no_private_method(name):
     text = (BENCHMARKS / name).read_text()
     assert len(text.splitlines()) <= 400, f"{name}: {len(text.splitlines())} lines; move code out (see _tasks.py)"
@@ -156,7 +165,7 @@ def test_benchmark_at_most_400_lines_and_overrides_no_private_method(name):
 
 
 def test_smollm_compare_smoke(tmp_path, capsys):
-    compare = _load("smollm_compare")
+    compare = _load("smollm_compare/smollm_compare")
     raw = compare.main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
     tables = capsys.readouterr().out
     assert "within-group ranking" in tables and "majority" not in tables.lower()  # issue 31: ill-posed, retired
@@ -170,7 +179,7 @@ def test_smollm_compare_smoke(tmp_path, capsys):
 
 
 def test_step_cost_split_smoke(tmp_path):
-    step_cost = _load("step_cost")
+    step_cost = _load("step_cost/step_cost")
     out = step_cost.main(["--split", "--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
     runs = {(r["trainer"], r["per_device"]): r for r in out["results"]}
     assert set(runs) == {("PACS", 2), ("GRPO", 2), ("PACS", 1), ("GRPO", 1)}  # whole groups of 2, and split
@@ -187,7 +196,7 @@ def test_step_cost_split_smoke(tmp_path):
 
 
 def test_reuse_smoke(tmp_path):
-    reuse = _load("reuse")
+    reuse = _load("reuse/reuse")
     argv = ["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")]
     raw = reuse.main(argv)
     cells = {(r["config"], r["steps_per_generation"], r["num_iterations"]) for r in raw["runs"]}
@@ -218,7 +227,7 @@ def test_reuse_smoke(tmp_path):
 
 
 def test_anchor_smoke(tmp_path):
-    anchor = _load("anchor")
+    anchor = _load("anchor/anchor")
     raw = anchor.main(["--smoke", "--jobs", "1", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
     assert {r["arm"] for r in raw["runs"]} == set(anchor.ARMS)
     assert {r["seed"] for r in raw["runs"]} == {0, 100}  # the reported seed and the tuning seed
@@ -235,7 +244,7 @@ def test_anchor_smoke(tmp_path):
 
 
 def test_anchor_demo_smoke(tiny_model_dir, tmp_path):
-    raw = _load("anchor_demo").main(
+    raw = _load("anchor/anchor_demo").main(
         ["--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work"), "--seeds", "1", "2", "--num-eval", "4",
          "--reference-beta", "0.3", "--reference-reset", "1", "--reference-mode", "reset+warmup", "--rewarmup", "1",
          "--demo-args", "--model", tiny_model_dir, "--max-steps", "4", "--steps-per-generation", "2",
@@ -253,14 +262,16 @@ def test_anchor_demo_smoke(tiny_model_dir, tmp_path):
 
 
 def test_anchor_cost_smoke(tmp_path):
-    raw = _load("anchor_cost").main(["--smoke", "--out-dir", str(tmp_path)])
-    assert [r["config"] for r in raw["runs"]] == list(_load("anchor_cost").CONFIGS)
+    raw = _load("anchor/anchor_cost").main(["--smoke", "--out-dir", str(tmp_path)])
+    assert [r["config"] for r in raw["runs"]] == list(_load("anchor/anchor_cost").CONFIGS)
     assert all(r["step_time_mean"] > 0 and r["peak_rss_mib"] > 0 for r in raw["runs"])
     assert "PACS reference" in raw["table"]
 
 
 def test_gradient_term_smoke(tmp_path):
-    raw = _load("gradient_term").main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    raw = _load("gradient_term/gradient_term").main(
+        ["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")]
+    )
     assert [p["step"] for p in raw["points"]] == [0, 2]
     assert all(p["extra_norm"] > 0 for p in raw["points"])  # the score-function term is never 0 on samples
 
@@ -271,12 +282,51 @@ def test_committed_reports_render_from_their_json_without_the_withdrawn_columns(
     (issue 31): their sign-accuracy-vs-majority-label columns are not rendered, a note says why."""
     import shutil
 
-    results = BENCHMARKS / "results"
+    results = BENCHMARKS / name  # the study's folder
     for suffix in (".json", "_verdict.md"):
         shutil.copy(results / f"{name}{suffix}", tmp_path)
-    _load(name).main(["--report-only", "--out-dir", str(tmp_path)])
+    _load(f"{name}/{name}").main(["--report-only", "--out-dir", str(tmp_path)])
     md = (tmp_path / f"{name}.md").read_text()
-    assert md == (results / f"{name}.md").read_text(), f"benchmarks/results/{name}.md is stale: rerun --report-only"
+    assert md == (results / f"{name}.md").read_text(), f"benchmarks/{name}/{name}.md is stale: rerun --report-only"
     rows = "\n".join(line for line in md.splitlines() if line.startswith("| ")).lower()  # the tables
     assert "majority" not in rows and "critic acc" not in rows
     assert "predate the well-posed critic metric" in md and "withdrawn as ill-posed" in md
+
+
+@pytest.mark.parametrize(
+    "script, report, inputs, flags",
+    [
+        ("anchor/anchor", "anchor.md", ["anchor.json"], []),
+        ("anchor/anchor_demo", "anchor_demo.md", ["anchor_demo.json"], []),
+        ("anchor/anchor_cost", "anchor_cost.md", ["anchor_cost.json"], []),
+        ("step_cost/step_cost", "step_cost.md", ["step_cost.json"], []),
+        ("step_cost/step_cost", "ab_backward.md", ["ab_backward.json"], ["--ab"]),
+    ],
+)
+def test_committed_reports_rerender_identically(tmp_path, script, report, inputs, flags):
+    """`--report-only` on a study's committed JSON gives its committed report (the reports of learning, reuse and
+    smollm_compare: above). Not split_cost.md and loss_cost.md: they predate the wording of step_cost_report.py."""
+    import shutil
+
+    folder = (BENCHMARKS / script).parent
+    for name in inputs:
+        shutil.copy(folder / name, tmp_path)
+    _load(script).main(["--report-only", *flags, "--out-dir", str(tmp_path)])
+    assert (tmp_path / report).read_text() == (folder / report).read_text(), f"{folder.name}/{report} is stale"
+
+
+def test_benchmarks_against_trls_grpo_build_trls_own_grpo_trainer():
+    """The GRPO baseline of every benchmark is TRL's plain `GRPOTrainer`, not `pacs.grpo.HardenedGRPOTrainer` (the
+    layer `pacs train --algorithm grpo` trains with): "TRL's GRPO" in the reports means TRL's trainer."""
+    import inspect
+
+    from pacs import demo
+
+    builders = ["learning/learning.py", "step_cost/step_cost_setup.py", "anchor/anchor_cost.py", "_gpu_check.py"]
+    builders.append("vllm_gpu_check.py")
+    for name in builders:
+        assert re.search(r"from trl import (GRPOConfig, )?GRPOTrainer\b", (BENCHMARKS / name).read_text()), name
+    for path in BENCHMARKS.rglob("*.py"):
+        assert "Hardened" not in path.read_text(), f"{path.relative_to(BENCHMARKS)}: a GRPO baseline not TRL's"
+    # smollm_compare runs `pacs demo --algorithm grpo`
+    assert "from trl import GRPOTrainer as trainer_cls" in inspect.getsource(demo), "pacs demo's GRPO is not TRL's"

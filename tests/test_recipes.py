@@ -75,7 +75,7 @@ def test_recipes_carry_the_revised_papers_settings(name):
     assert "per evaluation" in text and "pacs plan" in text  # the cost of the evaluation during training, estimated
     if recipe["algorithm"] == "pacs":
         # the paper's anchor and reset (with the optimizer states); where the paper is silent, the anchor study's
-        # answer (benchmarks/results/anchor_verdict.md): every 8 rollouts, no re-warmup, the authors' beta
+        # answer (benchmarks/anchor/anchor_verdict.md): every 8 rollouts, no re-warmup, the authors' beta
         assert recipe["pacs_anchor"] == "reference" and recipe["pacs_reference_reset_generations"] == 8
         assert recipe["pacs_reset_optimizer"] is True and recipe["pacs_reset_warmup_steps"] == 0
         assert recipe["pacs_beta"] == 1.0

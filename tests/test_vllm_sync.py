@@ -223,7 +223,7 @@ def test_drift_benchmark_smoke(capsys):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).parents[1] / "benchmarks" / "lora_push_drift.py"
+    path = Path(__file__).parents[1] / "benchmarks" / "lora_push_drift" / "lora_push_drift.py"
     spec = importlib.util.spec_from_file_location("lora_push_drift", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

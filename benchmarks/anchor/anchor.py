@@ -1,12 +1,12 @@
 """The reward proxy's anchor, each arm tuned before it is judged: pi_old of each rollout vs a fixed, periodically reset
 pi_ref (with the optimizer kept, reset, or reset with a re-warmup), against GRPO and RLOO.
 
-    nice python benchmarks/anchor.py --jobs 2 --out-dir OUT --work-dir WORK   # the study (~2 h on 2 shared CPU cores)
-    python benchmarks/anchor.py --smoke                                       # one tiny run per arm (tests)
-    python benchmarks/anchor.py --report-only                                 # redo anchor.{md,png} from anchor.json
-    python benchmarks/anchor.py --only "PACS ref N=2 reset" 0.3 3e-05 0 --out-dir OUT   # one run, printed as JSON
+    nice python benchmarks/anchor/anchor.py --jobs 2 --out-dir OUT --work-dir WORK  # the study (~2 h, 2 shared CPUs)
+    python benchmarks/anchor/anchor.py --smoke                                      # one tiny run per arm (tests)
+    python benchmarks/anchor/anchor.py --report-only                       # redo anchor.{md,png} from anchor.json
+    python benchmarks/anchor/anchor.py --only "PACS ref N=2 reset" 0.3 3e-05 0 --out-dir OUT  # one run, as JSON
 
-The protocol (pre-registered in results/anchor_protocol.md before any run): learning.py's task, model, SFT warm start
+The protocol (pre-registered in anchor_protocol.md before any run): learning.py's task, model, SFT warm start
 and RL settings (three-digit addition, a 0.49M-parameter Qwen3, 120 optimizer steps of 8 prompts x 8 completions,
 4 optimizer steps per generation). Arms (`ARMS`): the rollout anchor; the reference anchor never reset; reset every 8
 and every 2 generations, each with the optimizer kept, reset, and reset with a re-warmup of `--rewarmup` steps; GRPO and
@@ -28,6 +28,10 @@ import os
 import sys
 import time
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))  # learning.py and its report
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
 import _common  # sets the offline environment before transformers is imported
 import _tasks
@@ -196,7 +200,7 @@ def run_all(args, model_path: str) -> list[dict]:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default=str(HERE / "results"))
+    p.add_argument("--out-dir", default=str(HERE))
     p.add_argument("--work-dir", default="/tmp/pacs-bench-anchor")
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])

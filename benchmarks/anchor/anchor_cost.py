@@ -1,7 +1,7 @@
 """What does the reference anchor cost? Step time and peak memory of `pacs_anchor="reference"` vs `"rollout"` vs GRPO.
 
-    nice -n 5 python benchmarks/anchor_cost.py --repeats 5        # ~10 min on 2 shared CPU cores
-    python benchmarks/anchor_cost.py --smoke                      # seconds (tests/test_benchmarks.py)
+    nice -n 5 python benchmarks/anchor/anchor_cost.py --repeats 5        # ~10 min on 2 shared CPU cores
+    python benchmarks/anchor/anchor_cost.py --smoke                      # seconds (tests/test_benchmarks.py)
 
 Each run is a fresh process (so its peak RSS is its own) that trains a randomly initialised Qwen3 (no hub) for
 `--generations` generations of `--prompts` prompts x 8 completions of `--completion-tokens` sampled tokens, with 4
@@ -30,6 +30,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
 import _common
 import report
@@ -100,7 +103,7 @@ def main(argv=None) -> dict:
     p.add_argument("--completion-tokens", dest="completion_tokens", type=int, default=64)
     p.add_argument("--hidden-size", dest="hidden_size", type=int, default=256)
     p.add_argument("--num-layers", dest="num_layers", type=int, default=4)
-    p.add_argument("--out-dir", default=str(HERE / "results"))
+    p.add_argument("--out-dir", default=str(HERE))
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--report-only", dest="report_only", action="store_true", help="redo anchor_cost.md from the JSON")
     p.add_argument("--child", help=argparse.SUPPRESS)

@@ -1,9 +1,9 @@
 """The anchor study's check on a real model: `pacs demo` (SmolLM2-135M-Instruct, LoRA, arithmetic, 24 optimizer steps
 = 6 generations of 4) with the rollout anchor vs a named reference arm, each at the better of two learning rates.
 
-    nice python benchmarks/anchor_demo.py --reference-beta 0.1 --reference-reset 2 --reference-mode keep \\
+    nice python benchmarks/anchor/anchor_demo.py --reference-beta 0.1 --reference-reset 2 --reference-mode keep \\
         --jobs 2 --out-dir OUT --work-dir WORK                      # ~50 min on 2 CPU cores
-    python benchmarks/anchor_demo.py --report-only --out-dir OUT    # redo anchor_demo.md from anchor_demo.json
+    python benchmarks/anchor/anchor_demo.py --report-only --out-dir OUT    # redo anchor_demo.md from anchor_demo.json
 
 Protocol: each arm trains seed `--tune-seed` at both `--lrs` and is scored on a validation set of `--num-eval` problems
 drawn with `--val-seed` (not the test set); the better rate (ties: the smaller) is the arm's pick. Then both arms
@@ -20,6 +20,9 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
 import _common  # sets the offline environment before transformers is imported
 
@@ -145,7 +148,7 @@ def report(raw: dict, out: Path) -> None:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default=str(HERE / "results"))
+    p.add_argument("--out-dir", default=str(HERE))
     p.add_argument("--work-dir", default="/tmp/pacs-bench-anchor-demo")
     p.add_argument("--lrs", nargs=2, type=float, default=[2e-4, 5e-4])
     p.add_argument("--tune-seed", dest="tune_seed", type=int, default=0)

@@ -257,7 +257,7 @@ def plot(at: dict, path: Path, title: str) -> None:
 def report(raw: dict, out: Path, smoke: bool = False) -> None:
     t = tables(raw)
     info, args = raw["info"], raw["args"]
-    protocol = (Path(__file__).parent / "results" / "anchor_protocol.md").read_text().split("\n", 2)[2]
+    protocol = (Path(__file__).parent / "anchor_protocol.md").read_text().split("\n", 2)[2]
     stem = "anchor_smoke" if smoke else "anchor"
     lines = [
         "# The reward proxy's anchor, every arm tuned: π_old of each rollout vs a fixed, periodically reset π_ref (CPU)",

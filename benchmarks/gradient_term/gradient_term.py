@@ -1,7 +1,7 @@
 """How large is the gradient term of the paper's Eq. 5 that backpropagating the PACS loss does not produce?
 
-    python benchmarks/gradient_term.py --work-dir /tmp/pacs-bench-anchor     # after anchor.py built the SFT model
-    python benchmarks/gradient_term.py --smoke
+    python benchmarks/gradient_term/gradient_term.py --work-dir /tmp/pacs-bench-anchor  # after anchor.py's SFT
+    python benchmarks/gradient_term/gradient_term.py --smoke
 
 The paper differentiates L(theta) = E_{q, o ~ pi_theta}[l(psi(o), R(o))] and so gets (Eq. 5, Appendix A.1)
 
@@ -20,7 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))  # learning.py and its report
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
 import _common  # noqa: F401  (offline environment)
 import _tasks
@@ -88,7 +93,7 @@ def both_terms(policy, reference, tokenizer, problems, G: int, beta: float, seed
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--work-dir", default="/tmp/pacs-bench-anchor", help="holds sft/ (learning.py's warm start)")
-    p.add_argument("--out-dir", default=str(HERE / "results"))
+    p.add_argument("--out-dir", default=str(HERE))
     p.add_argument("--lr", type=float, default=3e-5)
     p.add_argument("--steps", type=int, nargs="+", default=[0, 20, 40, 80, 120], help="measure after these steps")
     p.add_argument("--problems", type=int, default=16)

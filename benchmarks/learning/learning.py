@@ -1,10 +1,10 @@
 """Does PACS learn faster than GRPO, and is its critic doing anything? A tiny model, long completions, on a CPU.
 
-    python benchmarks/learning.py                      # full run (lr grid + seeds), ~1 h on one shared CPU core
-    python benchmarks/learning.py --jobs 2             # the same, two runs at a time
-    python benchmarks/learning.py --configs GRPO "PACS b=1 balanced" --seeds 0 1 2   # some configs, some seeds
-    python benchmarks/learning.py --smoke              # one tiny iteration (what tests/test_benchmarks.py runs)
-    python benchmarks/learning.py --report-only        # redo learning.md / learning.png from learning.json
+    python benchmarks/learning/learning.py               # full run (lr grid + seeds), ~1 h on one shared CPU core
+    python benchmarks/learning/learning.py --jobs 2      # the same, two runs at a time
+    python benchmarks/learning/learning.py --configs GRPO "PACS b=1 balanced" --seeds 0 1 2  # some configs, some seeds
+    python benchmarks/learning/learning.py --smoke       # one tiny iteration (what tests/test_benchmarks.py runs)
+    python benchmarks/learning/learning.py --report-only  # redo learning.md / learning.png from learning.json
 
 The task (`_tasks.py`) is three-digit addition answered with a worked scratchpad, one column at a time from the
 right, then the answer: "347+586=" -> "7+6+0=13,4+8+1=13,3+5+1=09>0933" (31 characters + eos, one token per
@@ -44,6 +44,9 @@ import os
 import sys
 import time
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
 import _common  # sets the offline environment before transformers is imported
 import _tasks
@@ -198,7 +201,7 @@ def execute(args, specs: list[tuple], runs: list[dict], save) -> None:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out-dir", default=str(HERE / "results"), help="where learning.{json,png,md} go")
+    p.add_argument("--out-dir", default=str(HERE), help="where learning.{json,png,md} go")
     p.add_argument("--work-dir", default="/tmp/pacs-bench-learning", help="SFT checkpoint, cached runs, outputs")
     p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS), metavar="NAME",
                    help=f"configs to run, of: {', '.join(map(repr, CONFIGS))}")  # fmt: skip
@@ -238,7 +241,7 @@ def main(argv=None) -> dict:
     t = _tasks.task(args)
     sft_meta = _tasks.sft_warm_start(args, t["tokenizer"], t["sft"], t["dev"], t["test"])
     runs: list[dict] = []
-    argv_ = sys.argv if argv is None else ["benchmarks/learning.py", *argv]
+    argv_ = sys.argv if argv is None else ["benchmarks/learning/learning.py", *argv]
     raw = {"info": _common.machine_info(), "args": vars(args), "argv": argv_, "sft": sft_meta, "runs": runs}
 
     def save():

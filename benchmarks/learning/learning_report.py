@@ -1,6 +1,6 @@
 """The markdown report and plot of `learning.py`, rendered from the JSON it writes (see that script for the runs).
 
-    python benchmarks/learning.py --report-only      # redo learning.md / learning.png from learning.json
+    python benchmarks/learning/learning.py --report-only   # redo learning.md / learning.png from learning.json
 
 The verdict is a person's reading, kept in learning_verdict.md and appended as it is; everything else here is
 computed from the runs.
@@ -242,7 +242,7 @@ def learning_markdown(raw: dict, tables: dict) -> str:
             "# Learning: PACS vs GRPO vs RLOO on three-digit addition with a scratchpad (CPU)",
             "",
             report.machine_markdown(raw["info"]),
-            f"- command: `python {' '.join(['benchmarks/learning.py', *raw['argv'][1:]])}`",
+            f"- command: `{report.command(raw['argv'], 'benchmarks/learning/learning.py')}`",
             f"- code: {raw['info'].get('code', LEGACY_CODE)}",
             f"- model: Qwen3 hidden {a['hidden_size']}, {a['num_layers']} layers, character-level vocabulary "
             f"({sft['num_parameters'] / 1e6:.2f}M parameters), {a['threads']} torch thread(s)",

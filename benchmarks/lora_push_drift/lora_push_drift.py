@@ -1,7 +1,7 @@
 """How far does TRL's LoRA weight push move the frozen base weights in bf16? Drift after N merge/unmerge round trips.
 
-    nice -n 5 python benchmarks/lora_push_drift.py                       # ~8 min on 2 shared CPU cores
-    python benchmarks/lora_push_drift.py --smoke                         # seconds: 10 pushes on a 64 x 128 layer
+    nice -n 5 python benchmarks/lora_push_drift/lora_push_drift.py    # ~8 min on 2 shared CPU cores
+    python benchmarks/lora_push_drift/lora_push_drift.py --smoke      # seconds: 10 pushes on a 64 x 128 layer
 
 At every weight push to vLLM, TRL 1.16 (`VLLMGeneration._iter_named_params`) merges the adapters into the base
 weights in place and unmerges them after reading (peft: `W += ΔW`, then `W -= ΔW`, ΔW = scaling * B @ A); in bf16
@@ -11,7 +11,7 @@ and moved between pushes as training moves it (`--step`: 4 Adam steps at lr 1e-5
 about 4e-5; 4e-4 for lr 1e-4), for adapters in bf16 (ZeRO-3, where TRL keeps them in the base dtype) and in float32
 (peft's default upcast elsewhere). Each push computes ΔW once with peft's `get_delta_weight` and applies peft's merge
 and unmerge operations to W; the first `--check` pushes are checked bit for bit against peft's own
-`merge()` / `unmerge()` on a twin layer, and against `pacs.vllm_sync.merged_tensor` (the out-of-place push), which
+`merge()` / `unmerge()` on a twin layer, and against `pacs.grpo.vllm_sync.merged_tensor` (the out-of-place push), which
 must give the same merged weight and leave W untouched. Printed after 1, 10, 100, ... pushes: the drift D = W_N - W_0
 (max |D|; over max |W_0|; rms over std(W_0); share of entries moved) and D against the LoRA update itself
 (||D|| / ||ΔW_N||, max |D| / max |ΔW_N|).
@@ -27,7 +27,7 @@ import time
 import torch
 from peft import LoraConfig, get_peft_model
 
-from pacs.vllm_sync import merged_tensor
+from pacs.grpo.vllm_sync import merged_tensor
 
 
 def lora_layer(shape: tuple[int, int], r: int, alpha: int, adapter_dtype: torch.dtype, seed: int):
@@ -119,7 +119,7 @@ def main(argv=None) -> dict:
                     f"      {row['max_over_max_dw']:.2e}"
                 )
             results["runs"].append({"adapter_dtype": str(adapter_dtype), "step": step, "rows": rows})
-    print("\npacs.vllm_sync (out-of-place push): W untouched, drift 0 (checked at every checked push above)")
+    print("\npacs.grpo.vllm_sync (out-of-place push): W untouched, drift 0 (checked at every checked push above)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -1,10 +1,10 @@
 """Where PACS pays: accuracy per generated completion as each generation feeds more optimizer steps (CPU).
 
-    nice -n 10 python benchmarks/reuse.py --jobs 2 --seeds 0 1 2 3 4 5 6 7   # what results/reuse.md ran: 113 runs,
-                                                   # ~111 CPU-min, ~95 min on 2 shared cores
-    python benchmarks/reuse.py --smoke                 # one tiny iteration (what tests/test_benchmarks.py runs)
-    python benchmarks/reuse.py --report-only           # redo reuse.md / reuse.png from reuse.json
-    python benchmarks/reuse.py --cached-only --seeds ...  # collect cached runs into reuse.json, run nothing
+    nice -n 10 python benchmarks/reuse/reuse.py --jobs 2 --seeds 0 1 2 3 4 5 6 7   # what reuse.md ran: 113 runs,
+                                                         # ~111 CPU-min, ~95 min on 2 shared cores
+    python benchmarks/reuse/reuse.py --smoke                 # one tiny iteration (what tests/test_benchmarks.py runs)
+    python benchmarks/reuse/reuse.py --report-only           # redo reuse.md / reuse.png from reuse.json
+    python benchmarks/reuse/reuse.py --cached-only --seeds ...  # collect cached runs into reuse.json, run nothing
 
 Same task, model and SFT warm start as `learning.py` (three-digit addition with a 32-token scratchpad, a 0.49M-parameter
 Qwen3). Every run gets the same number of generated completions (`--completions`, 8 prompts x 8 per optimizer
@@ -48,6 +48,10 @@ import os
 import sys
 import time
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))  # learning.py and its report
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
 import _common  # sets the offline environment before transformers is imported
 import _tasks
@@ -128,7 +132,7 @@ def execute(args, specs: list[tuple], runs: list[dict], save) -> None:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out-dir", default=str(HERE / "results"), help="where reuse.{json,png,md} go")
+    p.add_argument("--out-dir", default=str(HERE), help="where reuse.{json,png,md} go")
     p.add_argument(
         "--work-dir", default="/tmp/pacs-bench-learning", help="SFT checkpoint, cached runs (shared with learning.py)"
     )
@@ -190,7 +194,7 @@ def main(argv=None) -> dict:
     info = _common.machine_info()  # with info["code"]: $PACS_BENCH_CODE or "this checkout"
     args.lr_center = {name: PICKED_LR.get(name, 1e-5) for name in args.algorithms}  # for the report
     runs: list[dict] = []
-    command = " ".join(["python benchmarks/reuse.py", *sys.argv[1:]]) if argv is None else f"reuse.main({argv})"
+    command = " ".join(["python benchmarks/reuse/reuse.py", *sys.argv[1:]]) if argv is None else f"reuse.main({argv})"
     raw = {"info": info, "args": vars(args), "command": command, "sft": sft_meta, "runs": runs}
 
     def save():

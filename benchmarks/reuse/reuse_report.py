@@ -1,6 +1,6 @@
 """The markdown report and plot of `reuse.py`, rendered from the JSON it writes (see that script for the runs).
 
-    python benchmarks/reuse.py --report-only           # redo reuse.md / reuse.png from reuse.json
+    python benchmarks/reuse/reuse.py --report-only           # redo reuse.md / reuse.png from reuse.json
 
 The verdict is a person's reading, kept in reuse_verdict.md and appended as it is; everything else here is computed
 from the runs.
@@ -246,7 +246,7 @@ def reuse_markdown(args, raw: dict, tables: dict) -> str:
             report.machine_markdown(info),
             f"- command: `{raw['command']}`",
             f"- code: {info.get('code', 'this checkout')}",
-            f"- model, task, warm start: as in [learning.md](learning.md) (SFT: {sft['steps']} steps, dev "
+            f"- model, task, warm start: as in [learning.md](../learning/learning.md) (SFT: {sft['steps']} steps, dev "
             f"{sft['dev_acc']:.3f}, held-out test {sft['test_acc']:.3f}; every RL run starts from it)",
             f"- budget: **{a['completions']} generated completions per run** ({a['prompts_per_step']} prompts x "
             f"{a['num_generations']} completions per optimizer step); k = `steps_per_generation` in {a['reuse']} with "

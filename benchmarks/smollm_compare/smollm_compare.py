@@ -1,9 +1,9 @@
 """PACS vs GRPO vs RLOO on a real pretrained model: SmolLM2-135M-Instruct + LoRA on the demo's arithmetic, on CPU.
 
-    python benchmarks/smollm_compare.py                       # 3 algorithms x seeds 0 1: ~40 min of CPU, 1 thread
-    python benchmarks/smollm_compare.py --seeds 0 1 2 3 4     # what results/smollm_compare.md reports (~1 h 45 min)
-    python benchmarks/smollm_compare.py --smoke               # the tiny test model, 2 steps (tests/test_benchmarks.py)
-    python benchmarks/smollm_compare.py --report-only         # redo smollm_compare.md from smollm_compare.json
+    python benchmarks/smollm_compare/smollm_compare.py                    # 3 algorithms x seeds 0 1: ~40 CPU-min
+    python benchmarks/smollm_compare/smollm_compare.py --seeds 0 1 2 3 4  # what smollm_compare.md ran (~1 h 45 min)
+    python benchmarks/smollm_compare/smollm_compare.py --smoke            # the tiny test model, 2 steps (smoke test)
+    python benchmarks/smollm_compare/smollm_compare.py --report-only      # redo smollm_compare.md from its JSON
 
 Each run is exactly `pacs demo --algorithm <a> --seed <s>` (`pacs.demo.train_and_evaluate`): the same converted
 model, training problems, held-out problems, LoRA, batch, learning rate, optimizer steps, steps per generation and
@@ -27,6 +27,9 @@ import os
 import sys
 import time
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
 import _common  # sets the offline environment before transformers is imported
 import smollm_compare_report
@@ -67,7 +70,7 @@ def run_one(args, seed: int, algorithm: str, before: dict | None) -> dict:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--out-dir", default=str(HERE / "results"))
+    p.add_argument("--out-dir", default=str(HERE))
     p.add_argument("--work-dir", default="/tmp/pacs-bench-smollm")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     p.add_argument("--algorithms", nargs="+", default=ALGORITHMS, choices=ALGORITHMS)

@@ -1,6 +1,6 @@
 """The markdown report of `smollm_compare.py`, rendered from the JSON it writes (see that script for the runs).
 
-    python benchmarks/smollm_compare.py --report-only   # redo smollm_compare.md from smollm_compare.json
+    python benchmarks/smollm_compare/smollm_compare.py --report-only   # redo smollm_compare.md from its JSON
 
 The verdict is a person's reading, kept in smollm_compare_verdict.md and appended as it is.
 """
@@ -99,7 +99,7 @@ def markdown(raw: dict, table: str) -> str:
             "# PACS vs GRPO vs RLOO on SmolLM2-135M-Instruct (CPU, LoRA, the demo's arithmetic)",
             "",
             report.machine_markdown(raw["info"]),
-            f"- command: `python {' '.join(['benchmarks/smollm_compare.py', *raw['argv'][1:]])}`",
+            f"- command: `{report.command(raw['argv'], 'benchmarks/smollm_compare/smollm_compare.py')}`",
             f"- code: {raw['info'].get('code', LEGACY_CODE)}",
             f"- every run is `pacs demo --algorithm <a> --seed <s>`: {s.get('max_steps')} optimizer steps, "
             f"{s.get('prompts_per_step')} prompts x {s.get('num_generations')} completions per step, "

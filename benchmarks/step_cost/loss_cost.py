@@ -2,7 +2,7 @@
 per-token loss on the same tensors and to one forward+backward of the model it would serve (6 x params x tokens
 FLOPs, converted to time with the matmul throughput measured on this machine).
 
-Run through `python benchmarks/step_cost.py --loss-only`; `step_cost_report.loss_only_markdown` renders it.
+Run through `python benchmarks/step_cost/step_cost.py --loss-only`; `step_cost_report.loss_only_markdown` renders it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Cost of a training step under PACSTrainer, GRPOTrainer (beta 0) and RLOOTrainer (beta 0): same model, data, batch, seed.
 
-    python benchmarks/step_cost.py                                          # CPU: random Qwen3 h256x4L, 4 reps
-    python benchmarks/step_cost.py --device cuda --model-config qwen3-1.7b  # GPU: random Qwen3-1.7B in bf16
-    python benchmarks/step_cost.py --loss-only                              # pacs_loss alone at 8192 x 4096
-    python benchmarks/step_cost.py --ab                                     # loss+backward A/B/C in one process
-    python benchmarks/step_cost.py --split                                  # split groups: batch 1/2/4 vs 8
-    python benchmarks/step_cost.py --smoke                                  # one tiny iteration (the smoke test)
-    python benchmarks/step_cost.py --report-only [--split|--ab|--loss-only]  # redo the markdown from its json
+    python benchmarks/step_cost/step_cost.py                                          # CPU: random Qwen3, 4 reps
+    python benchmarks/step_cost/step_cost.py --device cuda --model-config qwen3-1.7b  # GPU: Qwen3-1.7B's shape, bf16
+    python benchmarks/step_cost/step_cost.py --loss-only                              # pacs_loss alone, 8192 x 4096
+    python benchmarks/step_cost/step_cost.py --ab                                     # loss+backward A/B/C, 1 process
+    python benchmarks/step_cost/step_cost.py --split                                  # split groups: batch 1/2/4 vs 8
+    python benchmarks/step_cost/step_cost.py --smoke                                  # one tiny iteration (smoke test)
+    python benchmarks/step_cost/step_cost.py --report-only [--split|--ab|--loss-only]  # redo a report from its JSON
 
 Steps:
 
@@ -49,6 +49,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
 import _common  # sets the offline environment before transformers is imported
 import step_cost_report
@@ -318,7 +321,7 @@ def parse_args(argv):
     p.add_argument("--ab-rounds", dest="ab_rounds", type=int, default=30)
     p.add_argument("--loss-batch", dest="loss_batch", type=int, default=8192)
     p.add_argument("--loss-tokens", dest="loss_tokens", type=int, default=4096)
-    p.add_argument("--out-dir", dest="out_dir", default=str(HERE / "results"))
+    p.add_argument("--out-dir", dest="out_dir", default=str(HERE))
     p.add_argument("--work-dir", dest="work_dir", default="/tmp/pacs-bench-step-cost")
     p.add_argument("--smoke", action="store_true", help="one tiny iteration of everything")
     p.add_argument("--report-only", dest="report_only", action="store_true", help="redo step_cost.md from its json")

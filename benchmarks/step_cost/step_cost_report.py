@@ -1,6 +1,6 @@
 """The markdown reports of `step_cost.py`, rendered from the JSON it writes (see that script for what is measured).
 
-    python benchmarks/step_cost.py --report-only [--split | --ab | --loss-only]   # redo a report from its JSON
+    python benchmarks/step_cost/step_cost.py --report-only [--split | --ab | --loss-only]  # redo a report from JSON
 
 Each render function takes the JSON object `step_cost.py` saved (`info`, `args`, `argv`, the results) and returns
 the markdown. Goals are judged here from the numbers, with the threshold printed beside each.
@@ -38,7 +38,7 @@ EXTRA_FWD_TEXT = {
 
 
 def command(out: dict) -> str:
-    return f"- command: `python {' '.join(['benchmarks/step_cost.py', *out['argv'][1:]])}`"
+    return f"- command: `{report.command(out['argv'], 'benchmarks/step_cost/step_cost.py')}`"
 
 
 def header(title: str, out: dict, model_line: bool = True) -> str:
