@@ -16,7 +16,8 @@ terms are used; (5) held-out accuracy again, on the same problems; (6) a table o
 comes with a paired 95% interval (same problems before and after), which is what says whether the gain is real (the
 intervals, the table and the plot: `pacs.demo_report`).
 
-`benchmarks/smollm_compare.py` runs this pipeline for PACS, GRPO and RLOO on several seeds (`train_and_evaluate`).
+`benchmarks/smollm_compare/smollm_compare.py` runs this pipeline for PACS, GRPO and RLOO on several seeds
+(`train_and_evaluate`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # the held-out set's seed: far from any training seed a user would pick
 ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}
-# Chosen from a profile on 2 CPU cores (benchmarks/results/demo.md): a training step costs ~12 s (forward+backward
+# Chosen from a profile on 2 CPU cores (benchmarks/demo/demo.md): a training step costs ~12 s (forward+backward
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
 DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200}

@@ -1,8 +1,8 @@
 """What `pacs demo` reports: held-out accuracy with its 95% Wilson interval, the paired change before -> after with
 its 95% interval, the table printed on stdout and the three panels of `demo.png`.
 
-The intervals are pure functions of the outcomes (`benchmarks/smollm_compare_report.py` reuses `paired_change`); the
-table and the plot read the `demo_metrics.json` dict that `pacs.demo.train_and_evaluate` returns.
+The intervals are pure functions of the outcomes (`benchmarks/smollm_compare/smollm_compare_report.py` reuses
+`paired_change`); the table and the plot read the `demo_metrics.json` dict that `pacs.demo.train_and_evaluate` returns.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ CHAT_TEMPLATE = (
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 # Completions that must score 0.0 within a few seconds, in any thread (tests/test_rewards.py,
-# benchmarks/reward_throughput.py): huge numbers, deep or broken nesting, sheer length, random unicode.
+# benchmarks/reward_throughput/reward_throughput.py): huge numbers, deep or broken nesting, sheer length, random
+# unicode.
 HOSTILE_COMPLETIONS = {
     "power tower": "\\boxed{9^{9^{9^{9}}}}",
     "huge power": "\\boxed{2^{2^{40}}}",

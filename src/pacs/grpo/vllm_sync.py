@@ -3,8 +3,8 @@
 1. **LoRA push without drift.** TRL 1.16 pushes a PEFT model to vLLM by merging the adapters into the base weights, in
    place, reading the merged weights, and unmerging them (`VLLMGeneration._iter_named_params`). In bf16,
    W + ΔW - ΔW is not W: every push moves the frozen base weights by up to one rounding step, and the moves add up
-   (TRL issue #6688; `benchmarks/lora_push_drift.py` measures them, docs/recipes.md#lora). `install_lora_push`
-   replaces that one method, on the trainer's `vllm_generation` only, by `iter_merged_params`: the same parameters,
+   (TRL issue #6688; `benchmarks/lora_push_drift/lora_push_drift.py` measures them, docs/recipes.md#lora).
+   `install_lora_push` replaces that one method, on the trainer's `vllm_generation` only, by `iter_merged_params`: the same parameters,
    under the same names, gathered the same way under ZeRO-3, but each LoRA layer's merged weight W + scaling * B @ A
    is computed out of place (`merged_tensor`, the value peft's own merge writes), one layer at a time; the base
    weights are only read. Adapters peft cannot express as W + ΔW (DoRA and other LoRA variants, quantized or
