@@ -353,7 +353,7 @@ def test_max_prompt_tokens_is_applied_before_training(train_qwen, tiny_model_dir
         seen.update(kwargs)
         raise StopBeforeTraining
 
-    monkeypatch.setitem(train_qwen.ALGORITHMS, "pacs", (fake_trainer, train_qwen.PACSConfig))
+    monkeypatch.setitem(train_qwen.TRAINERS, "pacs", fake_trainer)
     monkeypatch.setattr(train_qwen, "check_training_plan", lambda *args, **kwargs: None, raising=False)
     path = tmp_path / "mixed.jsonl"
     rows = [{"problem": "1 + 1?" + " Very long." * (200 if i % 2 else 0), "answer": "2"} for i in range(6)]

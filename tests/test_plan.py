@@ -360,7 +360,7 @@ def test_train_script_stops_before_the_model_loads(train_qwen, tiny_model_dir, m
     def trainer(*args, **kwargs):
         raise Loaded
 
-    monkeypatch.setitem(train_qwen.ALGORITHMS, "pacs", (trainer, train_qwen.PACSConfig))
+    monkeypatch.setitem(train_qwen.TRAINERS, "pacs", trainer)
     base = ["--config", str(RECIPES / "tiny_cpu.yaml"), "--model_name_or_path", tiny_model_dir]
     # bf16 weights in one process at lr 1e-6: refused before the trainer (and the model) is built
     with pytest.raises(ValueError, match=r"\[dtype\].*dtype: float32"):

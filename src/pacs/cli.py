@@ -4,7 +4,7 @@
 Each subcommand lives in its own module, which exposes `add_parser(subparsers)` and registers a `func` that takes
 the parsed `argparse.Namespace`; heavy imports happen inside `func`, so `pacs --help` stays fast. A subcommand that
 sets `accepts_overrides=True` receives the arguments it does not know as `overrides` (`pacs train` and `pacs plan`
-read them with the recipe, `pacs.train.read_recipe`); any other subcommand refuses them.
+read them with the recipe, `pacs.recipes.reader.read_recipe`); any other subcommand refuses them.
 """
 
 from __future__ import annotations

@@ -13,11 +13,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-
-if TYPE_CHECKING:
-    from .settings import EvalSettings
+from typing import Any
 
 
 logger = logging.getLogger(__name__)
@@ -116,8 +112,9 @@ def _recorder(rollouts_path: Path, golds: dict, reward_timeout: float, sink: lis
     return on_batch
 
 
-def _run_config(model: Any, sets: Mapping[str, Any], cfg: EvalSettings, config_path: Path) -> dict:
-    """The settings written to `eval_config.json`; on resume, a warning for each sampling setting that changed."""
+def _run_config(model: Any, sets: Mapping[str, Any], cfg: Any, config_path: Path) -> dict:
+    """The settings (`cfg`, the run's `EvalSettings` dataclass) written to `eval_config.json`; on resume, a warning for
+    each sampling setting that changed."""
     run_config = {
         "model": os.fspath(model) if isinstance(model, (str, os.PathLike)) else type(model).__name__,
         "benchmarks": list(sets),

@@ -1,7 +1,7 @@
 """`pacs plan`: what a recipe will ask of the GPUs, checked before a GPU is spent.
 
 `pacs plan --config RECIPE [--accelerate-config FILE] [--num-processes N] [--gpu-memory-gb G] [overrides ...]` reads
-the recipe (a shipped one by name, or a path) with `pacs train`'s own reader (`pacs.train.read_recipe`: the same
+the recipe (a shipped one by name, or a path) with `pacs train`'s own reader (`pacs.recipes.reader.read_recipe`: the same
 overrides and launch keys), the accelerate config the recipe names (its `accelerate_config` key; DeepSpeed ZeRO stage,
 processes, machines) unless told another, and the model's shape (a local directory's `config.json`; the Qwen3 family
 from a table; another hub id's `config.json` from the HF cache, or from the hub when online), and prints the resolved

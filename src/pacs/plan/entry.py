@@ -75,7 +75,7 @@ def plan_recipe(
     config's, else the recipe's `expected_world_size`, else 1. GPU memory: `gpu_memory_gb`, else the recipe's
     `expected_gpu_memory_gb`.
     """
-    from ..train import read_recipe
+    from ..recipes.reader import read_recipe  # imports TRL: not at module level
 
     recipe = read_recipe(["--config", str(config), *overrides, "--use_cpu", "true"], prog="pacs plan")
     launch = recipe_launch(recipe, accelerate_config, num_processes, num_machines, gpu_memory_gb)

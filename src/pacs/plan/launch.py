@@ -68,7 +68,7 @@ def recipe_launch(
     num_machines: int | None = None,
     gpu_memory_gb: float | None = None,
 ) -> Launch:
-    """The launch of `recipe` (a `pacs.train.Recipe`), as `plan_recipe` documents: each setting from the first of the
+    """The launch of `recipe` (a `pacs.recipes.reader.Recipe`), as `plan_recipe` documents: each setting from the first of the
     argument, the recipe's launch keys, the accelerate config, the recipe's own `expected_*` keys."""
     script_args = recipe.script_args
     accelerate_config = accelerate_config or recipe.accelerate_config

@@ -1,0 +1,280 @@
+"""The reader of `pacs train`'s command line and recipes, shared by `pacs train` and `pacs plan`.
+
+A recipe (`--config NAME_OR_PATH`, `pacs.recipes.resolve_recipe`) plus command-line overrides, parsed by TRL's
+`TrlParser` into three dataclasses: [`ScriptArguments`] (below), the training arguments (`pacs.PACSConfig`, or
+`pacs.grpo.HardenedGRPOConfig` for `algorithm: grpo`: [`CONFIGS`]) and TRL's `ModelConfig`; plus the launch keys
+(`accelerate_config`, and the options of `accelerate launch`), set aside for `pacs train` to launch with. Any other
+key is an error naming the closest valid ones. It imports no trainer, so that `pacs plan` reads a recipe exactly as
+`pacs train` does without importing `pacs.train` (which imports the planner).
+"""
+
+import difflib
+import logging
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from trl import GRPOConfig, ModelConfig, TrlParser
+
+from ..config import PACSConfig
+from ..data import PROMPT_SUFFIX, SYSTEM_PROMPT
+from ..grpo.config import HardenedGRPOConfig
+from . import resolve_accelerate_config, resolve_recipe
+
+
+logger = logging.getLogger(__name__)
+
+CONFIGS = {"pacs": PACSConfig, "grpo": HardenedGRPOConfig}
+"""`algorithm` -> the training arguments' class (the trainers: `pacs.train.TRAINERS`)."""
+
+
+@dataclass
+class ScriptArguments:
+    """
+    Arguments of `pacs train` that are neither training arguments ([`pacs.PACSConfig`]) nor model arguments
+    ([`trl.ModelConfig`]).
+
+    Args:
+        algorithm (`str`, *optional*, defaults to `"pacs"`):
+            `"pacs"` trains with [`pacs.PACSTrainer`] and parses the training arguments as [`pacs.PACSConfig`];
+            `"grpo"` trains with [`pacs.grpo.HardenedGRPOTrainer`] (TRL's `GRPOTrainer` and its loss, with the same
+            checks, guards and checkpoints as PACS) and parses them as [`pacs.grpo.HardenedGRPOConfig`] (TRL's
+            `GRPOConfig` plus `pacs_max_skipped_steps`), for side-by-side baselines.
+        dataset_name (`str`, *optional*, defaults to `"math_train"`):
+            Training set: `"math_train"` (bundled, offline), `"deepscaler"` (hub), or a local `.jsonl`, `.json` or
+            `.parquet` file. Loaded with `pacs.data.load_train_dataset`.
+        dataset_limit (`int`, *optional*):
+            Keep only the first `dataset_limit` problems of the training set (a log line says how many were kept of
+            how many); `0` keeps them all.
+        problem_column (`str`, *optional*, defaults to `"problem"`):
+            Column holding the problem, for local files: a plain-text statement, or a conversation (a list of
+            `{"role", "content"}` messages, passed through unchanged).
+        prompt_suffix (`str`, *optional*, defaults to the paper's instruction `pacs.data.PROMPT_SUFFIX`):
+            Appended to every plain-text problem; `""` appends nothing, any other string replaces it. Conversational
+            problems are never changed.
+        system_prompt (`str`, *optional*, defaults to the paper's `"You are a helpful assistant."`):
+            System turn put before every plain-text problem (training set and `eval_benchmark`); `""` sends the user
+            turn alone, for models whose chat template has no system role. Conversational problems are never changed.
+        max_prompt_tokens (`int`, *optional*):
+            Drop the training prompts longer than this many tokens, counted as the trainer will feed them (the
+            tokenizer's chat template with the generation prompt), before training; a log line gives the count. The
+            paper filters prompts over 1,024 tokens; TRL 1.16 has no prompt-length limit of its own. Unset keeps all.
+        answer_column (`str`, *optional*, defaults to `"answer"`):
+            Column holding the gold final answer, for local files.
+        reward_funcs (`list[str]`, *optional*, defaults to `["math"]`):
+            Reward functions, by name (`"math"`, `"format"`) or dotted import path. Loaded with
+            `pacs.rewards.get_reward_funcs`.
+        eval_benchmark (`str`, *optional*):
+            Bundled benchmark (`"math500"`, `"aime24"`, `"aime25"`, `"amc23"`) evaluated every `eval_steps` when
+            `eval_strategy` is `"steps"`. TRL then logs the mean reward over `num_generations_eval` samples per
+            problem (`eval_reward`), i.e. a pass@1 estimate at the training temperature.
+        eval_limit (`int`, *optional*):
+            Keep only the first `eval_limit` problems of the benchmark.
+        expected_world_size (`int`, *optional*):
+            Number of processes the recipe's batch arithmetic assumes. A launch with a different number changes the
+            batch, so `pacs plan` and the run's start-up check refuse it, naming how to rescale
+            `gradient_accumulation_steps` and `steps_per_generation` (or pass the new number to accept the new batch).
+        expected_gpu_memory_gb (`float`, *optional*):
+            Memory of one GPU the recipe assumes, in GiB as the GPU reports it (an "80 GB" H100 reports about 79.2).
+            `pacs plan --config <recipe>` checks the recipe against it; a run on GPUs with less memory logs a warning.
+        check_plan (`bool`, *optional*, defaults to `True`):
+            Run `pacs plan`'s checks (`pacs.plan.check_training_plan`) at start, before any model loads, and stop on
+            a failure (a vLLM engine that cannot start, bf16 weights that cannot learn, a vLLM share below the
+            weights, memory over the GPU's). `false` only logs them, for when an estimate is wrong for your hardware.
+    """
+
+    algorithm: str = field(
+        default="pacs",
+        metadata={
+            "help": "`pacs` (PACSTrainer) or `grpo` (HardenedGRPOTrainer: GRPO's loss, for baselines).",
+            "choices": ["pacs", "grpo"],
+        },
+    )
+    dataset_name: str = field(
+        default="math_train",
+        metadata={
+            "help": "Training set: `math_train` (bundled), `deepscaler` (hub), or a local .jsonl/.json/.parquet."
+        },
+    )
+    dataset_limit: int | None = field(
+        default=None,
+        metadata={"help": "Keep only the first `dataset_limit` problems of the training set; `0` keeps them all."},
+    )
+    problem_column: str = field(
+        default="problem",
+        metadata={"help": "Column holding the problem (text, or a list of role/content messages), for local files."},
+    )
+    prompt_suffix: str = field(
+        default=PROMPT_SUFFIX,
+        metadata={"help": "Appended to every plain-text problem (the paper's instruction); `''` for none."},
+    )
+    system_prompt: str = field(
+        default=SYSTEM_PROMPT,
+        metadata={
+            "help": "System turn before every plain-text problem (the paper's); `''` sends the user turn alone."
+        },
+    )
+    max_prompt_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Drop training prompts longer than this many tokens (chat template applied), logging the count; "
+            "the paper's 1024."
+        },
+    )
+    answer_column: str = field(
+        default="answer", metadata={"help": "Column holding the gold final answer, for local files."}
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["math"],
+        metadata={"help": "Reward functions, by name (`math`, `format`) or dotted import path."},
+    )
+    eval_benchmark: str | None = field(
+        default=None,
+        metadata={"help": "Bundled benchmark (`math500`, `aime24`, `aime25`, `amc23`) evaluated every `eval_steps`."},
+    )
+    eval_limit: int | None = field(
+        default=None, metadata={"help": "Keep only the first `eval_limit` problems of the benchmark."}
+    )
+    expected_world_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Number of processes the recipe's batch arithmetic assumes; another number is refused, naming the "
+            "rescaling."
+        },
+    )
+    expected_gpu_memory_gb: float | None = field(
+        default=None,
+        metadata={"help": "Memory of one GPU the recipe assumes (GiB); `pacs plan` checks the recipe against it."},
+    )
+    check_plan: bool = field(
+        default=True,
+        metadata={"help": "Stop at start on a failure of `pacs plan`'s checks; `false` only logs them."},
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The recipe reader: TrlParser over the three dataclasses, plus the launch keys
+# ---------------------------------------------------------------------------------------------------------------------
+
+LAUNCH_KEY = "--accelerate_config"  # TRL's key (trl/cli/accelerate_config.py): a shipped config's name or a path
+# accelerate launch's own options that `pacs train` cannot pass on: it runs the module itself
+NOT_LAUNCH_OPTIONS = {"--module", "--no_python", "--no-python", "--help", "--config_file", "--config-file"}
+
+
+def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
+    return TrlParser(
+        (ScriptArguments, CONFIGS[algorithm], ModelConfig),
+        prog=prog,
+        allow_abbrev=False,  # `--num_generation` is a typo to name, not an abbreviation of `--num_generations`
+        epilog="Launch keys (recipe or command line): --accelerate_config NAME_OR_PATH (shipped: zero3, zero2, ddp, "
+        "zero3_multinode, zero3_hostfile) and the options of `accelerate launch` (--num_processes, --num_machines, "
+        "--machine_rank, --main_process_ip, ...); see pacs.train's docstring.",
+    )
+
+
+def launch_options() -> set[str]:
+    """The option strings `pacs train` passes on to `accelerate launch`."""
+    from accelerate.commands.launch import launch_command_parser
+
+    options = {s for s in launch_command_parser()._option_string_actions if s.startswith("--")}
+    return (options - NOT_LAUNCH_OPTIONS) | {LAUNCH_KEY}
+
+
+@dataclass
+class Recipe:
+    """A parsed `pacs train` command line: the three argument dataclasses, and how to launch them."""
+
+    script_args: ScriptArguments
+    training_args: GRPOConfig
+    model_args: ModelConfig
+    accelerate_config: Path | None = None  # resolved: the command line's, else the recipe's
+    launch_args: list[str] = field(default_factory=list)  # other `accelerate launch` options, as given
+    train_argv: list[str] = field(default_factory=list)  # the command line without the launch options
+
+
+def _resolve_config_argument(argv: list[str]) -> list[str]:
+    """`--config NAME` -> `--config <the shipped recipe's path>` (a path that exists stays as it is)."""
+    argv = list(argv)
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--config":
+            argv[i + 1] = str(resolve_recipe(argv[i + 1]))
+    return argv
+
+
+def _groups(strings: list[str]) -> list[tuple[str, list[str]]]:
+    """`["--a", "1", "--b=2", "--c"]` -> `[("--a", ["--a", "1"]), ("--b", ["--b=2"]), ("--c", ["--c"])]`."""
+    groups: list[tuple[str, list[str]]] = []
+    for s in strings:
+        if s.startswith("-") or not groups:
+            groups.append((s.split("=", 1)[0], [s]))
+        else:
+            groups[-1][1].append(s)
+    return groups
+
+
+def _unknown_keys_error(unknown: list[tuple[str, str]], parser: TrlParser, launch: set[str]) -> ValueError:
+    options = {s[2:] for s in parser._option_string_actions if s.startswith("--")} | {s[2:] for s in launch}
+    known = sorted(key for key in options if "-" not in key)  # the underscore spelling, as in the recipes
+    lines = []
+    for key, where in unknown:
+        close = difflib.get_close_matches(key.lstrip("-"), known, n=3, cutoff=0.6)
+        hint = f": did you mean {' or '.join(close)}?" if close else ": no similar key."
+        lines.append(f"  {key.lstrip('-')} ({where}){hint}")
+    return ValueError(
+        "Unknown key(s), neither a training argument (`pacs train --help`: ScriptArguments, PACSConfig or GRPOConfig, "
+        "ModelConfig) nor a launch key (accelerate_config, or an option of `accelerate launch` such as "
+        "num_processes):\n" + "\n".join(lines)
+    )
+
+
+def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Recipe:
+    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`CONFIGS`).
+
+    Keys that are neither training arguments nor launch keys are an error naming the closest valid keys; a PACS
+    recipe run as the GRPO baseline (`--algorithm grpo`) drops the PACS settings its config lacks with a warning.
+    """
+    argv = _resolve_config_argument(sys.argv[1:] if argv is None else argv)
+    algorithm = "pacs"
+    if not {"-h", "--help"} & set(argv):
+        first = TrlParser(ScriptArguments, allow_abbrev=False)  # only `algorithm`; the rest is read below
+        script_args, _ = first.parse_args_and_config(argv, return_remaining_strings=True)
+        algorithm = script_args.algorithm
+    parser = make_parser(algorithm, prog)
+    not_here = {f"--{f.name}" for f in fields(PACSConfig)} - {f"--{f.name}" for f in fields(CONFIGS[algorithm])}
+    *parsed, from_recipe, from_cli = parser.parse_args_and_config(
+        argv, return_remaining_strings=True, separate_remaining_strings=True
+    )
+    recipe, launch = Recipe(*parsed), launch_options()
+    accelerate_config, cli_launch, unknown, dropped = None, [], [], []
+    for where, strings in (("in the recipe", from_recipe), ("on the command line", from_cli)):
+        for key, tokens in _groups(strings):
+            if key == LAUNCH_KEY or key in launch:
+                if key == LAUNCH_KEY:
+                    accelerate_config = tokens[-1].split("=", 1)[-1]
+                else:
+                    recipe.launch_args += tokens
+                cli_launch += tokens if where == "on the command line" else []
+            elif key in not_here:  # a PACS setting, in a recipe run as the GRPO baseline
+                dropped += tokens
+            else:
+                unknown.append((key, where))
+    if unknown:
+        raise _unknown_keys_error(unknown, parser, launch)
+    if dropped:
+        logger.warning("algorithm=%s ignores the PACS settings %s", algorithm, " ".join(dropped))
+    if accelerate_config is not None:
+        recipe.accelerate_config = resolve_accelerate_config(accelerate_config)
+    recipe.train_argv = _subtract_subsequence(argv, cli_launch)
+    return recipe
+
+
+def _subtract_subsequence(items: list[str], subsequence: list[str]) -> list[str]:
+    """`items` without the ordered `subsequence` (TRL's `trl/cli/commands/training.py` does the same)."""
+    rest, it = [], iter(subsequence)
+    current = next(it, None)
+    for item in items:
+        if current is not None and item == current:
+            current = next(it, None)
+        else:
+            rest.append(item)
+    return rest
