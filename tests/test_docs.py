@@ -102,12 +102,11 @@ TRAIN_COMMAND = re.compile(r"(?:pacs train|-m pacs\.train|examples/train_qwen\.p
 
 
 def test_training_command_lines_use_known_recipes_files_and_arguments():
-    from pacs import train
-    from pacs.recipes import resolve_accelerate_config, resolve_recipe
+    from pacs.recipes import reader, resolve_accelerate_config, resolve_recipe
 
-    known = train.launch_options()
+    known = reader.launch_options()
     for algorithm in ("pacs", "grpo"):
-        known |= set(train.make_parser(algorithm)._option_string_actions)
+        known |= set(reader.make_parser(algorithm)._option_string_actions)
 
     commands = [match[1] for line in command_lines() if (match := TRAIN_COMMAND.search(line))]
     assert len(commands) >= 10
