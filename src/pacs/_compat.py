@@ -1,13 +1,15 @@
 """Every fact about the installed TRL 1.16 and transformers that pacs relies on, and the workarounds for what they lack.
 
-One place, so that a TRL upgrade touches one file; each piece says when it can go:
+One place, so that a TRL upgrade touches one file; each piece says when it can go. Importing it imports neither torch nor
+TRL (`pacs plan` reads its constants), each function imports what it uses.
 
 - `check_trl`: the import-time check that TRL has every `GRPOTrainer` method `HardenedGRPOTrainer` and `PACSTrainer`
   override or call (`_OVERRIDDEN`, `_USED`) and the `VLLMGeneration` method the LoRA push replaces. Keep it as long as
   pacs overrides private methods; update the lists with every new override (tests/test_trainer_grpo.py checks them).
 - `TRL_REWARD_KWARGS`, `MULTIMODAL_KEYS`, `GRPO_ONLY_LOSS_SETTINGS`: what `GRPOTrainer` passes to reward functions, to
-  the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss. Update with TRL (the tests
-  compare each with the installed TRL).
+  the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
+  `TRL_LM_HEAD_TILE`: what TRL hard-codes for a colocated vLLM engine and its fused LM head (`pacs plan` reads them).
+  Update with TRL (the tests compare the first three with the installed TRL).
 - `replace_method` / `VLLM_PARAM_ITERATOR`: the one instance patch, `VLLMGeneration._iter_named_params` on a trainer's
   own `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Remove when TRL pushes LoRA weights
   without merging them in place (TRL #6688).
@@ -29,17 +31,14 @@ import contextlib
 import types
 from collections.abc import Sequence
 
-import torch
-import trl
 from packaging.version import Version
-from trl import GRPOTrainer
-from trl.generation.vllm_generation import VLLMGeneration
-from trl.trainer import grpo_trainer as _grpo_module
 
 
 __all__ = [
     "GRPO_ONLY_LOSS_SETTINGS",
     "MULTIMODAL_KEYS",
+    "TRL_LM_HEAD_TILE",
+    "TRL_MAX_NUM_BATCHED_TOKENS",
     "VLLM_PARAM_ITERATOR",
     "TRL_REWARD_KWARGS",
     "activation_checkpointing_field",
@@ -94,6 +93,16 @@ MULTIMODAL_KEYS = (
 """TRL 1.16's optional forward inputs (vision-language models) that `GRPOTrainer._compute_loss` passes to the model;
 update with TRL."""
 
+TRL_MAX_NUM_BATCHED_TOKENS = 4096
+"""What TRL 1.16 asks of a colocated vLLM engine (trl/generation/vllm_generation.py, `LLM(...)`): a hard-coded token
+budget per scheduler step; with it, `max_num_seqs` = per-device batch x vLLM tensor-parallel size x
+`steps_per_generation` (trl/trainer/grpo_trainer.py), which vLLM refuses above `max_num_batched_tokens`
+(vllm/config/scheduler.py). `pacs plan` checks a recipe against it; update with TRL."""
+
+TRL_LM_HEAD_TILE = (4096, 32768)
+"""The tiles (tokens x vocabulary) of TRL 1.16's fused LM head in the training forward, which `pacs plan` counts in
+its memory estimate; update with TRL."""
+
 _TRL_RANGE = (Version("1.15"), Version("2"))
 _OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class (tests/test_trainer_grpo.py)
     "_calculate_rewards",
@@ -146,6 +155,11 @@ def prefer_activation_checkpointing(args) -> None:
 def check_trl() -> None:
     """Fail at import, with a fix, if the installed TRL lacks what `HardenedGRPOTrainer` or `PACSTrainer` overrides or
     calls."""
+    import trl
+    from trl import GRPOTrainer
+    from trl.generation.vllm_generation import VLLMGeneration
+    from trl.trainer import grpo_trainer as _grpo_module
+
     version = Version(trl.__version__)
     missing = [name for name in _OVERRIDDEN + _USED if not callable(getattr(GRPOTrainer, name, None))]
     missing += [f"VLLMGeneration.{n}" for n in _VLLM_REPLACED if not callable(getattr(VLLMGeneration, n, None))]
@@ -165,9 +179,12 @@ def shuffle_groups(seq_dict: dict[str, Sequence | None], group_size: int) -> dic
 
     The group-preserving twin of TRL's `shuffle_sequence_dict`: rows `g*G .. g*G+G-1` stay together and in order.
 
+    >>> import torch
     >>> shuffle_groups({"x": torch.arange(4), "y": ["a", "b", "c", "d"], "n": torch.tensor(7)}, 2)["n"]
     tensor(7)
     """
+    import torch
+
     batch_size = len(next(v for v in seq_dict.values() if v is not None))
     if batch_size % group_size != 0:
         raise ValueError(f"Cannot shuffle {batch_size} rows by whole groups of {group_size}.")
@@ -187,6 +204,8 @@ def shuffle_groups(seq_dict: dict[str, Sequence | None], group_size: int) -> dic
 @contextlib.contextmanager
 def group_shuffle(group_size: int | None):
     """While the parent `_prepare_inputs` runs: shuffle by whole groups of `group_size` (`None`: keep the order)."""
+    from trl.trainer import grpo_trainer as _grpo_module
+
     original = _grpo_module.shuffle_sequence_dict
     keep = lambda seq_dict: seq_dict  # noqa: E731
     # looked up at call time, so a test may replace `shuffle_groups`

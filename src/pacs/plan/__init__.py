@@ -30,12 +30,12 @@ The modules, in the order a plan is made:
 (8.19, 147456)
 """
 
+from .._compat import TRL_MAX_NUM_BATCHED_TOKENS
 from .entry import add_parser, check_training_plan, make_plan, plan_recipe, plan_run, run
 from .launch import Launch, VllmServe, read_accelerate_config
 from .report import GB, Finding, GiB, Plan
 from .resolve import Run, batch_arithmetic, resolve_run
 from .shape import QWEN3_SHAPES, ModelShape, ParamCounts, count_parameters, model_shape, shape_from_config
-from .vllm import TRL_MAX_NUM_BATCHED_TOKENS
 
 
 __all__ = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._compat import TRL_LM_HEAD_TILE
 from .launch import Launch
 from .report import GB, GiB, Plan, gib
 from .resolve import Run
@@ -106,8 +107,9 @@ def _transients(run: Run) -> tuple[float, float, float, float]:
     checkpointed = shape.num_layers * tokens * shape.hidden_size * 2 + 1.5 * per_layer
     stored = shape.num_layers * per_layer
     activations, activations_other = (checkpointed, stored) if run.gradient_checkpointing else (stored, checkpointed)
-    # TRL's fused LM head: [4096 x 32768] tiles, fp32 gradient of the hidden states, and of the head when it trains
-    lm_head = 4096 * 32768 * 2 + B * run.max_completion_length * shape.hidden_size * 4
+    # TRL's fused LM head: [4096 x 32768] tiles (`pacs._compat`), fp32 gradient of the hidden states, and of the head
+    # when it trains
+    lm_head = TRL_LM_HEAD_TILE[0] * TRL_LM_HEAD_TILE[1] * 2 + B * run.max_completion_length * shape.hidden_size * 4
     if not run.use_peft:
         lm_head += shape.embedding_params * (4 + 2)  # fp32 accumulation + its cast
     if run.launch.zero_stage == 3:

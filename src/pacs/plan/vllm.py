@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import math
 
+from .._compat import TRL_MAX_NUM_BATCHED_TOKENS
 from .memory import CUDA_OVERHEAD_GIB, TrainerMemory, memory_limit
 from .report import GiB, Plan, gib
 from .resolve import Run
 from .shape import ModelShape
 
-
-# What TRL 1.16 asks of a colocated vLLM engine (trl/generation/vllm_generation.py, `LLM(...)`): a hard-coded token
-# budget per scheduler step, and (trl/trainer/grpo_trainer.py) max_num_seqs = per-device batch x vLLM tensor-parallel
-# size x steps_per_generation. vLLM refuses max_num_batched_tokens < max_num_seqs (vllm/config/scheduler.py).
-TRL_MAX_NUM_BATCHED_TOKENS = 4096
 
 # Assumptions of the estimates (named so that a reader can redo the arithmetic).
 VLLM_FIXED_OVERHEAD_GIB = 1.0  # per engine: CUDA graphs, workspace (besides weights, profile peak and KV cache)
