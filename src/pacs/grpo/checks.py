@@ -35,6 +35,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._compat import TRL_REWARD_KWARGS
+
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +143,6 @@ def check_train_dataset(
     funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
     names = list(reward_func_names) if reward_func_names is not None else [None] * len(funcs)
     # `environments` only with an environment_factory (TRL's `self.environments`)
-    from .._compat import TRL_REWARD_KWARGS  # imports TRL: not at module level, so `pacs eval` starts quickly
-
     trl_kwargs = TRL_REWARD_KWARGS if environment_factory is not None else TRL_REWARD_KWARGS - {"environments"}
     available = trl_kwargs | (set(_kept_columns(columns, remove_unused_columns)) - _NOT_FORWARDED)
     for func, func_name in zip(funcs, names):
