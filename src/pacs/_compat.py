@@ -4,12 +4,16 @@ One place, so that a TRL upgrade touches one file; each piece says when it can g
 TRL (`pacs plan` reads its constants), each function imports what it uses.
 
 - `check_trl`: the import-time check that TRL has every `GRPOTrainer` method `HardenedGRPOTrainer` and `PACSTrainer`
-  override or call (`_OVERRIDDEN`, `_USED`) and the `VLLMGeneration` method the LoRA push replaces. Keep it as long as
-  pacs overrides private methods; update the lists with every new override (tests/test_trainer_grpo.py checks them).
+  override or call (`_OVERRIDDEN`, `_USED`), the private state they read or write (`_STATE`), and the `VLLMGeneration`
+  method the LoRA push replaces and what it uses (`_VLLM_USED`, `_VLLM_STATE`). Keep it as long as pacs touches
+  private names; update the lists with every new one (tests/test_grpo_trainer.py compares `_OVERRIDDEN` with the
+  code). Also private, outside this file: `pacs.grpo.terms` (GRPOTrainer's inline loss terms, re-done; its docstring
+  says when it can go) and `pacs.reference.ReferenceAnchor._build_ref_model` (GRPOTrainer's way of building and
+  sharding its reference model, followed for pi_ref: update with TRL's `__init__`).
 - `TRL_REWARD_KWARGS`, `MULTIMODAL_KEYS`, `GRPO_ONLY_LOSS_SETTINGS`: what `GRPOTrainer` passes to reward functions, to
   the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
   `TRL_LM_HEAD_TILE`: what TRL hard-codes for a colocated vLLM engine and its fused LM head (`pacs plan` reads them).
-  Update with TRL (the tests compare the first three with the installed TRL).
+  Update with TRL (tests compare the first three with the installed TRL: tests/test_checks.py, test_grpo_trainer.py).
 - `replace_method` / `VLLM_PARAM_ITERATOR`: the one instance patch, `VLLMGeneration._iter_named_params` on a trainer's
   own `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Remove when TRL pushes LoRA weights
   without merging them in place (TRL #6688).
@@ -104,7 +108,7 @@ TRL_LM_HEAD_TILE = (4096, 32768)
 its memory estimate; update with TRL."""
 
 _TRL_RANGE = (Version("1.15"), Version("2"))
-_OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class (tests/test_trainer_grpo.py)
+_OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class (tests/test_grpo_trainer.py)
     "_calculate_rewards",
     "_generate_and_score_completions",
     "_generate_single_turn",
@@ -113,7 +117,18 @@ _OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class 
     "_prepare_inputs",
     "_compute_loss",
 )
-_USED = ("_get_per_token_logps_and_entropies",)
+_USED = ("_get_per_token_logps_and_entropies", "_get_output_dir")  # a batch's log-probs; a checkpoint's folder
+_STATE = (
+    "_step", "_buffered_inputs", "_metrics", "_tokenizer", "_entropy_bonus_enabled", "_entropy_window_stats",
+    "_last_world_entropy",
+)  # fmt: skip
+"""GRPOTrainer's private state pacs reads or writes: the micro-batch counter and the buffered generation batch (exact
+resume mid-generation, the split path's step), the metric buffer (every metric pacs logs), the tokenizer (the row
+exchange's padding), the adaptive entropy controller (`HardenedGRPOTrainer._add_grpo_terms`, a copy of TRL's inline
+one). Checked at import in GRPOTrainer's source, where `__init__` sets them. Each can go when TRL exposes it: a
+rollout-buffer state for checkpoints, a metric-logging method, a loss-terms helper."""
+_VLLM_USED = ("_fix_param_name_to_vllm",)  # the LoRA push names parameters as TRL does
+_VLLM_STATE = ("_dist",)  # the LoRA push gathers under ZeRO-3 as TRL does
 VLLM_PARAM_ITERATOR = "_iter_named_params"
 """The `VLLMGeneration` method the LoRA push without drift replaces (`pacs.grpo.vllm_sync.iter_merged_params`)."""
 _VLLM_REPLACED = (VLLM_PARAM_ITERATOR,)
@@ -162,7 +177,10 @@ def check_trl() -> None:
 
     version = Version(trl.__version__)
     missing = [name for name in _OVERRIDDEN + _USED if not callable(getattr(GRPOTrainer, name, None))]
-    missing += [f"VLLMGeneration.{n}" for n in _VLLM_REPLACED if not callable(getattr(VLLMGeneration, n, None))]
+    missing += [
+        f"VLLMGeneration.{n}" for n in _VLLM_REPLACED + _VLLM_USED if not callable(getattr(VLLMGeneration, n, None))
+    ]
+    missing += _unset(GRPOTrainer, _STATE) + [f"VLLMGeneration.{n}" for n in _unset(VLLMGeneration, _VLLM_STATE)]
     if not hasattr(_grpo_module, "shuffle_sequence_dict"):
         missing.append("trl.trainer.grpo_trainer.shuffle_sequence_dict")
     if missing or not (_TRL_RANGE[0] <= version < _TRL_RANGE[1]):
@@ -172,6 +190,14 @@ def check_trl() -> None:
             + (f" without {', '.join(missing)}" if missing else "")
             + '. Install a supported version: pip install "trl>=1.15,<2".'
         )
+
+
+def _unset(cls, names: Sequence[str]) -> list[str]:
+    """The attributes of `names` that `cls`'s source never assigns (`self.<name> =`): private state TRL dropped."""
+    import inspect
+
+    source = inspect.getsource(cls)
+    return [name for name in names if f"self.{name} =" not in source and f"self.{name}:" not in source]
 
 
 def shuffle_groups(seq_dict: dict[str, Sequence | None], group_size: int) -> dict[str, Sequence | None]:

@@ -158,13 +158,14 @@ def _whole_groups(accelerator, rows: dict[str, torch.Tensor], num_generations: i
     return gathered
 
 
-def attach_step_coefficients(trainer, batches: list[dict], on_policy: bool) -> None:
+def attach_step_coefficients(trainer, batches: list[dict], on_policy: bool) -> tuple[torch.Tensor, dict, torch.Tensor]:
     """Store in each micro-batch of an optimizer step its coefficients c_i = dL/dr_i of the step's whole groups
-    (`pacs_coef`, `(B,)`) and the step's PACS loss (`pacs_step_loss`, `()`), and log the critic over those groups.
+    (`pacs_coef`, `(B,)`) and the step's PACS loss (`pacs_step_loss`, `()`); return the step's loss, its stats (`psi`,
+    `weights`, `rewards`) and labels over those whole groups, for the trainer to log the critic.
 
     1. r of every row of the step on this process: exactly 0 on the first optimizer step after a generation with the
-       log-ratio proxy (`trainer._pacs_anchor.proxy_is_zero`), else one forward without grad per micro-batch; 2. gather r, labels
-       and weights of all processes into whole groups (`pacs_index`); 3. c in closed form (`pacs_coefficients`) over
+       log-ratio proxy (`trainer._pacs_anchor.proxy_is_zero`), else one forward without grad per micro-batch; 2. gather
+       r, labels and weights of all processes into whole groups (`pacs_index`); 3. c in closed form (`pacs_coefficients`) over
        all rows of the step, normalised by their number as the whole-group path is.
     """
     rows = {key: [] for key in ("pacs_index", "rewards", "labels", "weight", "valid")}
@@ -188,4 +189,4 @@ def attach_step_coefficients(trainer, batches: list[dict], on_policy: bool) -> N
     for batch in batches:
         batch["pacs_coef"] = by_index[batch["pacs_index"]]  # (B,)
         batch["pacs_step_loss"] = loss.detach()  # ()
-    trainer._log_pacs_metrics("train", loss, stats, step["labels"], fresh=on_policy, whole_step=True)
+    return loss, stats, step["labels"]

@@ -11,8 +11,8 @@ two TRL methods no other class overrides:
 
 1. `_check_args` settles the split path's layout before the model loads; `_after_rewards` keeps each completion's
    label (the `reward_weights`-weighted sum of the reward functions, each mapped by `pacs_label_transform`), checked
-   to lie in [0, 1]; `_before_generation` / `_after_scoring` run the anchor (`pacs.reference`), attach this process's
-   slice of the labels and, on the split path, exchange rows.
+   to lie in [0, 1]; `_before_generation` / `_after_generation` run the anchor (`pacs.reference`: a reset, pi_ref's
+   log-probs); `_after_scoring` attaches this process's slice of the labels and, on the split path, exchanges rows.
 2. `_prepare_inputs` shuffles the generation batch by whole groups instead of by rows, so that a micro-batch (or,
    when `per_device_train_batch_size` is not a multiple of `num_generations`, an optimizer step) holds whole groups;
    on that split path it also attaches each optimizer step's closed-form whole-group coefficients (`pacs.split`).
@@ -71,6 +71,7 @@ class PACSTrainer(HardenedGRPOTrainer):
 
     _tag_names = ["trl", "pacs"]
     _config_class = PACSConfig
+    _nonfinite_hint = "the loss and pacs/loss, pacs/psi_* (a reward proxy that overflows: lower pacs_beta)"
     _name = "PACS"
     _paper = {  # the model card (TRL's `create_model_card`) cites this paper, not GRPO's
         "title": "Implicit Actor Critic Coupling via a Supervised Learning Framework for RLVR",
@@ -98,6 +99,7 @@ class PACSTrainer(HardenedGRPOTrainer):
             self.add_callback(callback)
 
     def _check_args(self, args: PACSConfig) -> None:
+        super()._check_args(args)
         # Split path (a micro-batch holds part of a group), see `pacs.split`; refused before the model loads
         if args.per_device_train_batch_size % args.num_generations != 0:
             self._pacs_layout = split_layout(
@@ -111,11 +113,13 @@ class PACSTrainer(HardenedGRPOTrainer):
         return self._pacs_layout is not None
 
     # 1. labels, the anchor, the rows of this process (HardenedGRPOTrainer's extension points) ----------------------
-    def _before_generation(self) -> None:
-        if self.model.training:  # evaluation keeps psi == 0 (see `_compute_loss`)
+    def _before_generation(self, mode: str) -> None:
+        super()._before_generation(mode)
+        if mode == "train":  # evaluation keeps psi == 0 (see `_compute_loss`)
             self._pacs_anchor.before_generation()  # a reference reset, when the schedule says so
 
     def _after_rewards(self, rewards_per_func: torch.Tensor) -> None:
+        super()._after_rewards(rewards_per_func)
         args = self.args
         labels_per_func = reward_to_label(
             rewards_per_func, args.pacs_label_transform, args.pacs_label_temperature, args.pacs_label_offset
@@ -135,9 +139,14 @@ class PACSTrainer(HardenedGRPOTrainer):
         std = (((labels - mean) ** 2 * scorable).sum() / count).sqrt()
         self._record(self._mode, {"pacs/rollout_label_mean": mean.item(), "pacs/rollout_label_std": std.item()})
 
-    def _after_scoring(self, output: dict) -> dict:
-        if self.model.training:
+    def _after_generation(self, output: dict, mode: str) -> dict:
+        output = super()._after_generation(output, mode)
+        if mode == "train":
             output = self._pacs_anchor.after_generation(output)  # pi_ref's log-probs, before the row exchange
+        return output
+
+    def _after_scoring(self, output: dict, mode: str) -> dict:
+        output = super()._after_scoring(output, mode)
         n = output["prompt_ids"].size(0)  # this process's rows, in the order of the gathered rewards
         start = self.accelerator.process_index * n
         local = slice(start, start + n)
@@ -146,16 +155,18 @@ class PACSTrainer(HardenedGRPOTrainer):
         # Row number in the gathered generation batch, where rows g*G .. g*G+G-1 are one prompt's group: it lets the
         # split path reassemble groups whatever the shuffle and the micro-batch and process boundaries.
         output["pacs_index"] = torch.arange(start, start + n, device=output["prompt_ids"].device)  # (B,)
-        if self._pacs_layout == "exchange" and self.model.training:
+        if self._pacs_layout == "exchange" and mode == "train":
             rows_per_step = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
             pad_id = self._tokenizer.pad_token_id
             output = exchange_rows(output, self.accelerator, pad_id, rows_per_step, self.num_generations)
         return output
 
     def _save_extra_state(self, folder: str) -> None:
+        super()._save_extra_state(folder)
         self._pacs_anchor.save(folder)
 
     def _load_extra_state(self, checkpoint: str) -> None:
+        super()._load_extra_state(checkpoint)
         self._pacs_anchor.load(checkpoint)
 
     # 2. whole groups -------------------------------------------------------------------------------------------
@@ -168,7 +179,9 @@ class PACSTrainer(HardenedGRPOTrainer):
         with contextlib.nullcontext() if row_shuffle else group_shuffle(group_size):
             inputs = super()._prepare_inputs(generation_batch)
         if self._pacs_split and self.model.training and (step := step_batches(self, inputs)) is not None:
-            attach_step_coefficients(self, *step)  # the step's first micro-batch: before any graph of the step exists
+            # the step's first micro-batch: before any graph of the step exists
+            loss, stats, labels = attach_step_coefficients(self, *step)
+            self._log_pacs_metrics("train", loss, stats, labels, fresh=step[1], whole_step=True)
         return inputs
 
     # 3. the loss -----------------------------------------------------------------------------------------------

@@ -427,15 +427,15 @@ def check_model_path(name_or_path: str | os.PathLike) -> str:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def check_trainer_args(model, args, config_cls: type, trainer_name: str):
-    """`args` for a trainer that needs a `config_cls`: a default one for `None` (output folder named after the model
-    and the trainer), a `TypeError` naming the fix for any other config (e.g. TRL's `GRPOConfig` for `PACSTrainer`)."""
+def check_trainer_args(model, args, config_cls: type, trainer_name: str, algorithm: str):
+    """`args` for a trainer that needs a `config_cls`: a default one for `None` (output folder `<model>-<algorithm>`, as
+    TRL names it), a `TypeError` naming the fix for any other config (e.g. TRL's `GRPOConfig` for `PACSTrainer`)."""
     from transformers import TrainingArguments
     from trl.trainer.utils import get_config_model_id
 
     if args is None:
         model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-        return config_cls(f"{model_name.split('/')[-1]}-{trainer_name.removesuffix('Trainer')}")
+        return config_cls(f"{model_name.split('/')[-1]}-{algorithm}")
     if not isinstance(args, config_cls):
         name = config_cls.__name__
         hint = (
@@ -450,7 +450,7 @@ def check_trainer_args(model, args, config_cls: type, trainer_name: str):
 
 def check_eval_batch(per_device_eval_batch_size: int, world_size: int, num_generations_eval: int) -> None:
     """GRPOTrainer computes its group advantages in evaluation too: the eval batch over all processes must hold whole
-    groups of `num_generations_eval` (the PACS loss itself needs none)."""
+    groups of `num_generations_eval` (a loss that replaces GRPO's may need none; TRL's advantages still do)."""
     G, W, batch = num_generations_eval, world_size, per_device_eval_batch_size
     if (W * batch) % G != 0:
         valid = [b for b in range(1, 4 * G + 1) if (W * b) % G == 0][:3]

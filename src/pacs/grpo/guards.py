@@ -79,24 +79,27 @@ class NonFiniteGradientGuard(TrainerCallback):
         trainer: the `transformers.Trainer` whose optimizer is guarded; its `_metrics["train"]` (TRL's) receives
             `pacs/skipped_steps`.
         max_skipped (`int`): consecutive skipped steps that stop training; `0` never stops.
+        hint (`str`): what of the algorithm's own logs to check first, named in the error (`"the loss"` by default;
+            `PACSTrainer` names its reward proxy's metrics).
     """
 
-    def __init__(self, trainer, max_skipped: int):
+    def __init__(self, trainer, max_skipped: int, hint: str = "the loss"):
         self.trainer = trainer
         self.max_skipped = max_skipped
+        self.hint = hint  # the algorithm's own metrics to check first, for the error
         self.skipped = 0  # in the whole run
         self.in_a_row = 0
         self.last_norm = float("nan")
         self._step_skipped: bool | None = None  # the verdict of the wrapped step, None under DeepSpeed
 
     @classmethod
-    def install(cls, trainer, optimizer, max_skipped: int) -> NonFiniteGradientGuard:
+    def install(cls, trainer, optimizer, max_skipped: int, hint: str = "the loss") -> NonFiniteGradientGuard:
         """Guard `optimizer` (the torch optimizer `trainer.create_optimizer` made) and register the callback; once per
         optimizer (transformers may ask `create_optimizer` for it more than once)."""
         guard = getattr(optimizer, "_pacs_nonfinite_guard", None)
         if guard is not None:
             return guard
-        guard = cls(trainer, max_skipped)
+        guard = cls(trainer, max_skipped, hint)
         if not getattr(trainer, "is_deepspeed_enabled", False):
             guard.wrap(optimizer)
         optimizer._pacs_nonfinite_guard = guard
@@ -156,9 +159,8 @@ class NonFiniteGradientGuard(TrainerCallback):
         if skipped and self.max_skipped and self.in_a_row >= self.max_skipped:
             raise NonFiniteGradientError(
                 f"{self.in_a_row} optimizer steps in a row (up to step {step}) had a non-finite gradient norm; the "
-                f"weights are those of step {step - self.in_a_row}. Check, in the logs before it: the loss and "
-                "pacs/loss, pacs/psi_* (a reward proxy that overflows: lower pacs_beta), pacs/is_ratio_* and "
-                "sampling/sampling_logp_difference (vLLM sampling from stale or broken weights), the learning rate "
+                f"weights are those of step {step - self.in_a_row}. Check, in the logs before it: {self.hint}, "
+                "pacs/is_ratio_* and sampling/sampling_logp_difference (vLLM sampling from stale or broken weights), the learning rate "
                 "(too high: lower learning_rate or clip with max_grad_norm 1.0), and the completions (empty or "
                 "all-padding rows). Resume from the last checkpoint once fixed; pacs_max_skipped_steps sets how many "
                 "skipped steps in a row stop the run (0: never)."

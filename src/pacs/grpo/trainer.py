@@ -21,11 +21,16 @@ Each TRL method below is overridden here and nowhere else (`pacs._compat.check_t
 has them). A subclass extends the named points instead: `_check_args(args)` once, with the checked config, before the
 model loads (PACS: where the rows of a split group live); then, in this order for every generation batch:
 
-1. `_before_generation()`: before the batch is generated (PACS: reset pi_ref when its schedule says so);
+1. `_before_generation(mode)`: before the batch is generated (PACS: reset pi_ref when its schedule says so);
 2. `_after_rewards(rewards_per_func)`: right after the reward functions, with TRL's `(B_global, F)` rewards, before TRL
    turns them into advantages (PACS: the labels);
-3. `_after_scoring(output) -> output`: after the batch is generated, scored and monitored; returns the batch to train
-   on (PACS: pi_ref's log-probs, the labels' rows, the split path's row exchange);
+3. `_after_generation(output, mode) -> output`: the batch as TRL generated and scored it, before this layer's monitors
+   read it (PACS: pi_ref's log-probs, which ride with the batch);
+4. `_after_scoring(output, mode) -> output`: last; returns the batch (this process's rows) to train on (PACS: the
+   labels' rows, the split path's row exchange);
+
+`mode` ("train" / "eval") is read once, when the batch starts (TRL's continuous batching sets the model to training
+mode after generating, even in evaluation);
 
 and at every checkpoint, `_save_extra_state(folder)` (after the checkpoint's own files, before its completion marker,
 so a complete checkpoint has it) and `_load_extra_state(checkpoint)` (after the optimizer and scheduler are restored).
@@ -87,13 +92,14 @@ class HardenedGRPOTrainer(GRPOTrainer):
     """
 
     _config_class: type = HardenedGRPOConfig
+    _nonfinite_hint = "the loss"  # what the gradient guard's error tells to check first (a subclass names its own)
 
     def __init__(self, model, reward_funcs=None, args=None, **kwargs):
         if isinstance(model, str):
             check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
-        args = check_trainer_args(model, args, self._config_class, type(self).__name__)
-        check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
+        args = check_trainer_args(model, args, self._config_class, type(self).__name__, self._name)
         self._check_args(args)
+        check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
         super().__init__(model, reward_funcs, args=args, **kwargs)
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
@@ -114,14 +120,18 @@ class HardenedGRPOTrainer(GRPOTrainer):
     def _check_args(self, args) -> None:
         """Once, before the model loads: a subclass's own checks of its (already type-checked) config."""
 
-    def _before_generation(self) -> None:
-        """Before each generation batch (training and evaluation) is generated."""
+    def _before_generation(self, mode: str) -> None:
+        """Before each generation batch of `mode` ("train" or "eval") is generated."""
 
     def _after_rewards(self, rewards_per_func: torch.Tensor) -> None:
         """Right after the reward functions: `rewards_per_func` `(B_global, F)`, NaN where a function gave `None`."""
 
-    def _after_scoring(self, output: dict) -> dict:
-        """After the batch is generated, scored and monitored: returns the batch (this process's rows) to train on."""
+    def _after_generation(self, output: dict, mode: str) -> dict:
+        """The batch as TRL generated and scored it (this process's rows), before the monitors: returns it."""
+        return output
+
+    def _after_scoring(self, output: dict, mode: str) -> dict:
+        """Last, after the monitors: returns the batch (this process's rows) to train on."""
         return output
 
     def _save_extra_state(self, folder: str) -> None:
@@ -134,7 +144,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
     def create_optimizer(self, *args, **kwargs):
         # a step whose gradient norm is not finite is skipped and counted, not applied (`pacs.grpo.guards`)
         optimizer = super().create_optimizer(*args, **kwargs)
-        NonFiniteGradientGuard.install(self, optimizer, self.args.pacs_max_skipped_steps)
+        NonFiniteGradientGuard.install(self, optimizer, self.args.pacs_max_skipped_steps, self._nonfinite_hint)
         return optimizer
 
     def evaluate(self, *args, **kwargs):
@@ -154,18 +164,24 @@ class HardenedGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        self._before_generation()
-        output = super()._generate_and_score_completions(inputs)
-        mode = self._mode
+        mode = self._mode  # once: TRL's continuous batching sets training mode after generating, even in evaluation
+        self._before_generation(mode)
+        output = self._after_generation(super()._generate_and_score_completions(inputs), mode)
         # vLLM's sampling log-probs vs the trainer's: stale weights show (`pacs.grpo.vllm_sync`)
         self._record(mode, self._sampling_monitor(self, output))
+        output = self._after_scoring(output, mode)
         is_ratio = output.get("importance_sampling_ratio")
         if is_ratio is not None:  # vLLM correction: how much of the batch it drops (mask modes) and its mean ratio
             ratio = self.accelerator.gather(is_ratio.reshape(output["prompt_ids"].size(0), -1)[:, 0])  # (B_world,)
             kept = ratio > 0
-            self._metrics[mode]["pacs/is_masked_frac"].append((~kept).float().mean().item())
-            self._metrics[mode]["pacs/is_ratio_mean"].append(ratio[kept].mean().item() if kept.any() else 0.0)
-        return self._after_scoring(output)
+            self._record(
+                mode,
+                {
+                    "pacs/is_masked_frac": (~kept).float().mean().item(),
+                    "pacs/is_ratio_mean": ratio[kept].mean().item() if kept.any() else 0.0,
+                },
+            )
+        return output
 
     # checkpoints (`pacs.grpo.checkpoints`) ---------------------------------------------------------------------------
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
