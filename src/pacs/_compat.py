@@ -15,8 +15,10 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   `TRL_LM_HEAD_TILE`: what TRL hard-codes for a colocated vLLM engine and its fused LM head (`pacs plan` reads them).
   Update with TRL (tests compare the first three with the installed TRL: tests/test_checks.py, test_grpo_trainer.py).
 - `replace_method` / `VLLM_PARAM_ITERATOR`: the one instance patch, `VLLMGeneration._iter_named_params` on a trainer's
-  own `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Remove when TRL pushes LoRA weights
-  without merging them in place (TRL #6688).
+  own `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Its replacement names and gathers the
+  parameters as TRL's method does (`_fix_param_name_to_vllm`, `_dist`, the `base_model.model.` / `.base_layer` /
+  `modules_to_save.default.` renames): update it with that method. Remove when TRL pushes LoRA weights without
+  merging them in place (TRL #6688).
 - `group_shuffle` / `shuffle_groups`: `GRPOTrainer._prepare_inputs` shuffles the generation batch row by row through
   the module global `shuffle_sequence_dict`; PACS swaps in a group-preserving twin while the parent method runs.
   Remove when TRL shuffles by whole groups itself (or exposes the shuffle as a method to override).
