@@ -152,3 +152,16 @@ def test_one_room_per_concern_sizes():
     # the rule counts what it should: a 2-line docstring is left out, the body is not
     function = ast.parse("def f():\n    '''doc\n    more'''\n" + "    x = 1\n" * 61).body[0]
     assert _body_lines(function) == 62
+
+
+def test_a_module_that_moved_says_where_it_is_now():
+    import importlib
+
+    from pacs import MOVED_MODULES
+
+    for old, new in MOVED_MODULES.items():
+        importlib.import_module(new)  # the new home exists
+        with pytest.raises(ModuleNotFoundError, match=f"it moved to '{re.escape(new)}'"):
+            importlib.import_module(old)
+    with pytest.raises(ModuleNotFoundError, match=r"^No module named 'pacs\.never_was'$"):
+        importlib.import_module("pacs.never_was")  # any other missing name: Python's own error

@@ -6,6 +6,8 @@
 `pacs.rewards` and the `pacs` command line stay quick to import.
 """
 
+import importlib.abc
+import sys
 from typing import TYPE_CHECKING
 
 from .loss import pacs_loss
@@ -18,6 +20,33 @@ __all__ = ["PACSConfig", "PACSTrainer", "pacs_loss", "__version__"]
 if TYPE_CHECKING:
     from .config import PACSConfig
     from .trainer import PACSTrainer
+
+
+MOVED_MODULES = {
+    "pacs.checks": "pacs.grpo.checks",
+    "pacs.checkpoints": "pacs.grpo.checkpoints",
+    "pacs.guards": "pacs.grpo.guards",
+    "pacs.vllm_sync": "pacs.grpo.vllm_sync",
+    "pacs._grpo_terms": "pacs.grpo.terms",
+}
+"""Modules that moved into the hardened GRPO layer (`pacs.grpo`): importing the old name says where they are now."""
+
+
+class _MovedModules(importlib.abc.MetaPathFinder):
+    """Last on `sys.meta_path`: only a name nothing else finds reaches it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name in MOVED_MODULES:
+            raise ModuleNotFoundError(
+                f"No module named {name!r}: it moved to {MOVED_MODULES[name]!r} (the hardened GRPO layer under "
+                f"PACSTrainer); import it from there.",
+                name=name,
+            )
+        return None
+
+
+if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModules())
 
 
 def __getattr__(name: str):
