@@ -280,7 +280,8 @@ def _monitored_trainer(correction: bool, trainer_logps=None):
 
 def log_sampling_gap(trainer, output):
     """What `HardenedGRPOTrainer._generate_and_score_completions` does with the monitor: log what it returns."""
-    trainer._record("train" if trainer.model.training else "eval", trainer._sampling_monitor(trainer, output))
+    mode = "train" if trainer.model.training else "eval"
+    trainer._record(mode, trainer._sampling_monitor(trainer, output, mode))
 
 
 def _output(gap: float, with_trainer_logps: bool = True) -> dict:

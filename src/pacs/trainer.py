@@ -118,14 +118,13 @@ class PACSTrainer(HardenedGRPOTrainer):
         if mode == "train":  # evaluation keeps psi == 0 (see `_compute_loss`)
             self._pacs_anchor.before_generation()  # a reference reset, when the schedule says so
 
-    def _after_rewards(self, rewards_per_func: torch.Tensor) -> None:
-        super()._after_rewards(rewards_per_func)
+    def _after_rewards(self, rewards_per_func: torch.Tensor, scorable: torch.Tensor) -> None:
+        super()._after_rewards(rewards_per_func, scorable)
         args = self.args
         labels_per_func = reward_to_label(
             rewards_per_func, args.pacs_label_transform, args.pacs_label_temperature, args.pacs_label_offset
         )  # (B_glob, F), each function's score mapped to [0, 1] (identity for "none")
         weights = self.reward_weights.to(rewards_per_func.device)
-        scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,)
         labels = (labels_per_func * weights.unsqueeze(0)).nansum(dim=1)  # (B_glob,)
         bad = scorable & ((labels < 0) | (labels > 1) | ~torch.isfinite(labels))
         if bad.any():

@@ -22,8 +22,8 @@ has them). A subclass extends the named points instead: `_check_args(args)` once
 model loads (PACS: where the rows of a split group live); then, in this order for every generation batch:
 
 1. `_before_generation(mode)`: before the batch is generated (PACS: reset pi_ref when its schedule says so);
-2. `_after_rewards(rewards_per_func)`: right after the reward functions, with TRL's `(B_global, F)` rewards, before TRL
-   turns them into advantages (PACS: the labels);
+2. `_after_rewards(rewards_per_func, scorable)`: right after the reward functions, with TRL's `(B_global, F)` rewards
+   and which completions any function scored, before TRL turns them into advantages (PACS: the labels);
 3. `_after_generation(output, mode) -> output`: the batch as TRL generated and scored it, before this layer's monitors
    read it (PACS: pi_ref's log-probs, which ride with the batch);
 4. `_after_scoring(output, mode) -> output`: last; returns the batch (this process's rows) to train on (PACS: the
@@ -123,8 +123,9 @@ class HardenedGRPOTrainer(GRPOTrainer):
     def _before_generation(self, mode: str) -> None:
         """Before each generation batch of `mode` ("train" or "eval") is generated."""
 
-    def _after_rewards(self, rewards_per_func: torch.Tensor) -> None:
-        """Right after the reward functions: `rewards_per_func` `(B_global, F)`, NaN where a function gave `None`."""
+    def _after_rewards(self, rewards_per_func: torch.Tensor, scorable: torch.Tensor) -> None:
+        """Right after the reward functions: `rewards_per_func` `(B_global, F)`, NaN where a function gave `None`;
+        `scorable` `(B_global,)`, False where every function did."""
 
     def _after_generation(self, output: dict, mode: str) -> dict:
         """The batch as TRL generated and scored it (this process's rows), before the monitors: returns it."""
@@ -160,7 +161,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_glob, F)
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,), gathered: every process stops together
         self._unlabeled_batches.update(int(scorable.sum()), scorable.numel(), self._mode)
-        self._after_rewards(rewards_per_func)
+        self._after_rewards(rewards_per_func, scorable)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -168,7 +169,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._before_generation(mode)
         output = self._after_generation(super()._generate_and_score_completions(inputs), mode)
         # vLLM's sampling log-probs vs the trainer's: stale weights show (`pacs.grpo.vllm_sync`)
-        self._record(mode, self._sampling_monitor(self, output))
+        self._record(mode, self._sampling_monitor(self, output, mode))
         output = self._after_scoring(output, mode)
         is_ratio = output.get("importance_sampling_ratio")
         if is_ratio is not None:  # vLLM correction: how much of the batch it drops (mask modes) and its mean ratio

@@ -187,11 +187,10 @@ class SamplingGapMonitor:
     def __init__(self):
         self.warned = False
 
-    def __call__(self, trainer, output: dict) -> dict[str, float]:
+    def __call__(self, trainer, output: dict, mode: str) -> dict[str, float]:
         sampling = output.get("sampling_per_token_logps")
         if not getattr(trainer, "use_vllm", False) or sampling is None:
             return {}
-        mode = "train" if trainer.model.training else "eval"
         logps = output.get("old_per_token_logps")
         if logps is None:
             logps = _trainer_logps(trainer, output, mode)
