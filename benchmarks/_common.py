@@ -22,6 +22,7 @@ for _key, _value in {
     os.environ.setdefault(_key, _value)
 
 import datetime  # noqa: E402
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
@@ -52,10 +53,11 @@ def machine_info() -> dict:
 
     import pacs
 
-    cpu = platform.processor() or "unknown"
+    cpu, cpu_flags = platform.processor() or "unknown", ""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        cpu = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name:")), cpu)
+        lines = {ln.split(":", 1)[0].strip(): ln.split(":", 1)[1].strip() for ln in out.splitlines() if ":" in ln}
+        cpu, cpu_flags = lines.get("Model name", cpu), lines.get("Flags", "")
     except FileNotFoundError:
         pass
     ram_gib = None
@@ -75,6 +77,10 @@ def machine_info() -> dict:
         "transformers": transformers.__version__,
         "trl": trl.__version__,
         "pacs": pacs.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the kernels torch picked (e.g. AVX512)
+        "cpu_flags": cpu_flags,
+        "cpu_flags_sha256": hashlib.sha256(cpu_flags.encode()).hexdigest()[:16],
+        "torch_threads": torch.get_num_threads(),
         "load_average_start": load_average(),
         "code": os.environ.get("PACS_BENCH_CODE", "this checkout"),
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import _common  # noqa: F401  (sets the offline environment before transformers 
 import torch
 
 
+DEFAULT_WARM_START = "dense-s105"  # benchmarks/warm_starts/: pinned, with its sha256
 COMPLETION_TOKENS = 32  # 3 columns x "a+b+c=dd" + 2 commas + ">" + 4 answer digits + eos
 
 
@@ -104,8 +106,35 @@ def answer_reward(completions, answer, **kwargs) -> list[float]:
     return [float(final_answer(c) == a) for c, a in zip(completions, answer)]
 
 
+SFT_LR, SFT_BATCH = 2e-3, 128  # the warm starts' SFT (`--sft-lr`, `--sft-batch-size` defaults)
+
+
+def sft_loop(tokenizer, sft, max_steps: int, at=(), lr: float = SFT_LR, batch_size: int = SFT_BATCH,
+             hidden_size: int = 128, num_layers: int = 2):  # fmt: skip
+    """Supervised training from scratch (seed 0) on the worked answers of `sft`: yields `(step, model)` after each
+    step in `at` (the model in training mode, trained further after the caller resumes the generator)."""
+    model = build_model(tokenizer, hidden_size, num_layers, seed=0)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    texts = [p + a + tokenizer.eos_token for p, a in sft]
+    enc = tokenizer(texts, return_tensors="pt", padding=True)
+    ids, attn = enc.input_ids, enc.attention_mask  # (N, 40): all sequences have the same length
+    labels = ids.clone()
+    labels[:, :8] = -100  # supervise only the scratchpad, the answer and eos
+    gen = torch.Generator().manual_seed(0)
+    for step in range(1, max_steps + 1):
+        idx = torch.randint(0, len(texts), (batch_size,), generator=gen)
+        loss = model(input_ids=ids[idx], attention_mask=attn[idx], labels=labels[idx]).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step in at:
+            yield step, model
+
+
 def sft_warm_start(args, tokenizer, sft, dev, test) -> dict:
-    """Train from scratch on `sft` until dev accuracy >= args.sft_target; save to args.work_dir/sft; return stats."""
+    """An UNPINNED warm start (the `--smoke` runs only; studies load a pinned one, `warm_start`): SFT from scratch
+    until dev accuracy >= args.sft_target (checked every 25 steps), saved to args.work_dir/sft; returns its stats."""
     path = Path(args.work_dir) / "sft"
     meta_path = path / "sft_meta.json"
     key = {k: getattr(args, k) for k in ("hidden_size", "num_layers", "sft_lr", "sft_target", "sft_max_steps")}
@@ -115,26 +144,14 @@ def sft_warm_start(args, tokenizer, sft, dev, test) -> dict:
         if meta["key"] == key:
             print(f"[sft] reusing {path} (dev acc {meta['dev_acc']:.3f}, test acc {meta['test_acc']:.3f})")
             return meta
-    model = build_model(tokenizer, args.hidden_size, args.num_layers, seed=0)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=args.sft_lr, weight_decay=0.0)
-    texts = [p + a + tokenizer.eos_token for p, a in sft]
-    enc = tokenizer(texts, return_tensors="pt", padding=True)
-    ids, attn = enc.input_ids, enc.attention_mask  # (N, 40): all sequences have the same length
-    labels = ids.clone()
-    labels[:, :8] = -100  # supervise only the scratchpad, the answer and eos
-    gen = torch.Generator().manual_seed(0)
-    t0, step, dev_acc = time.perf_counter(), 0, 0.0
-    while step < args.sft_max_steps:
-        idx = torch.randint(0, len(texts), (args.sft_batch_size,), generator=gen)
-        loss = model(input_ids=ids[idx], attention_mask=attn[idx], labels=labels[idx]).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        step += 1
+    t0, step, dev_acc, model = time.perf_counter(), 0, 0.0, None
+    checks = range(25, args.sft_max_steps + 1, 25)
+    loop = sft_loop(tokenizer, sft, args.sft_max_steps, set(checks) | {args.sft_max_steps}, args.sft_lr,
+                    args.sft_batch_size, args.hidden_size, args.num_layers)  # fmt: skip
+    for step, model in loop:
         if step % 25 == 0:
             dev_acc = greedy_accuracy(model, tokenizer, dev)
-            print(f"[sft] step {step} loss {loss.item():.3f} dev acc {dev_acc:.3f} ({time.perf_counter() - t0:.0f}s)")
+            print(f"[sft] step {step} dev acc {dev_acc:.3f} ({time.perf_counter() - t0:.0f}s)")
             if dev_acc >= args.sft_target:
                 break
     test_acc = greedy_accuracy(model, tokenizer, test)
@@ -147,15 +164,31 @@ def sft_warm_start(args, tokenizer, sft, dev, test) -> dict:
         "test_acc": test_acc,
         "seconds": time.perf_counter() - t0,
         "num_parameters": sum(p.numel() for p in model.parameters()),
+        "pinned": False,
     }
     meta_path.write_text(json.dumps(meta, indent=1))
     print(f"[sft] saved {path}: {step} steps, dev acc {dev_acc:.3f}, test acc {test_acc:.3f}")
     return meta
 
 
+def warm_start(args, t) -> tuple[str, dict]:
+    """The warm start a study runs from: `(path, record)`. `args.warm_start` names a pinned one
+    (benchmarks/warm_starts/, its sha256 checked); the `--smoke` runs build an unpinned one in `args.work_dir`."""
+    if getattr(args, "smoke", False):
+        meta = sft_warm_start(args, t["tokenizer"], t["sft"], t["dev"], t["test"])
+        return str(Path(args.work_dir) / "sft"), {"name": "smoke (unpinned)", "sha256": None, **meta}
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "warm_starts"))
+    import warm_starts
+
+    path, entry = warm_starts.load(args.warm_start)
+    return path, warm_starts.record(args.warm_start, entry)
+
+
 def add_task_args(p: argparse.ArgumentParser) -> None:
     """The model, SFT warm start and RL batch settings that learning.py and reuse.py share."""
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--warm-start", dest="warm_start", default=DEFAULT_WARM_START,
+                   help="the pinned SFT warm start to start from (benchmarks/warm_starts/warm_starts.json)")  # fmt: skip
     p.add_argument("--hidden-size", dest="hidden_size", type=int, default=128)
     p.add_argument("--num-layers", dest="num_layers", type=int, default=2)
     p.add_argument("--sft-lr", dest="sft_lr", type=float, default=2e-3)

@@ -330,3 +330,44 @@ def test_benchmarks_against_trls_grpo_build_trls_own_grpo_trainer():
         assert "Hardened" not in path.read_text(), f"{path.relative_to(BENCHMARKS)}: a GRPO baseline not TRL's"
     # smollm_compare runs `pacs demo --algorithm grpo`
     assert "from trl import GRPOTrainer as trainer_cls" in inspect.getsource(demo), "pacs demo's GRPO is not TRL's"
+
+
+def test_warm_starts_are_pinned_and_a_changed_file_is_refused(tmp_path, monkeypatch):
+    ws = _load("warm_starts/warm_starts")
+    entries = ws.registry()
+    assert {"dense-s105", "sparse-s80"} <= set(entries)
+    for name, entry in entries.items():  # every committed file hashes to the registry
+        path, _ = ws.load(name)
+        assert Path(path, ws.MODEL_FILE).exists() and entry["files"][ws.MODEL_FILE]
+    # the sparse one is sparse: at least twice the dense one's all-wrong share at step 0 (G 8, temperature 1)
+    assert entries["sparse-s80"]["groups"]["all_wrong"] >= 2 * entries["dense-s105"]["groups"]["all_wrong"]
+    # a copy with one byte changed is refused, naming the file; a missing one too; an unknown name lists the known
+    copy = tmp_path / "dense-s105"
+    copy.mkdir()
+    for f in Path(ws.HERE, "dense-s105").iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    data = bytearray((copy / "config.json").read_bytes())
+    data[-2] ^= 1
+    (copy / "config.json").write_bytes(bytes(data))
+    monkeypatch.setattr(ws, "HERE", tmp_path)
+    with pytest.raises(ws.WarmStartError, match="config.json has sha256"):
+        ws.load("dense-s105")
+    (copy / "config.json").unlink()
+    with pytest.raises(ws.WarmStartError, match="config.json has sha256 missing"):
+        ws.load("dense-s105")
+    with pytest.raises(ws.WarmStartError, match="dense-s105, sparse-s80"):
+        ws.load("no-such-warm-start")
+    with pytest.raises(ws.WarmStartError, match="never replaced"):
+        ws.build("dense-s105", 1, 1)  # an existing name is never rebuilt
+
+
+def test_sparsity_smoke(tmp_path):
+    sparsity = _load("sparsity/sparsity")
+    raw = sparsity.main(["--smoke", "--jobs", "1", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    arms = {(r["arm"], r["lr"]) for r in raw["runs"]}
+    assert {a for a, _ in arms} == set(sparsity.ARMS)
+    assert {lr for a, lr in arms if a == "GRPO"} == {1e-4, 1e-3}  # the pick, and the stability sweep at 10x
+    for run in raw["runs"]:  # every generation batch's group shares, from the reward function, for every trainer
+        assert run["groups"] and all(g["all_wrong"] + g["all_right"] <= 1 for g in run["groups"])
+    assert {s["arm"] for s in raw["uniform_share"]} == {"PACS rollout", "PACS ref N=8 reset"}
+    assert (tmp_path / "sparsity_smoke.md").exists()

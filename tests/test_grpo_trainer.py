@@ -20,6 +20,7 @@ from pacs import PACSTrainer, _compat
 from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
 from pacs.grpo.checkpoints import ROLLOUT_DIR
 from pacs.grpo.guards import NonFiniteGradientGuard
+from pacs.grpo.metrics import group_outcome_shares
 from pacs.testing import tiny_pacs_config
 
 
@@ -138,6 +139,21 @@ def test_the_pacs_trainer_holds_no_hardening():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+OUTCOME_KEYS = ("pacs/frac_all_wrong_groups", "pacs/frac_all_right_groups")
+
+
+def test_group_outcome_shares_separates_all_wrong_from_all_right():
+    ok = torch.ones(8, dtype=torch.bool)
+    rewards = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.4, 0.6])  # groups of 2: wrong, mixed, right, mixed
+    assert group_outcome_shares(rewards, ok, 2) == {OUTCOME_KEYS[0]: 0.25, OUTCOME_KEYS[1]: 0.25}
+    assert group_outcome_shares(rewards, ok, 4) == {OUTCOME_KEYS[0]: 0.0, OUTCOME_KEYS[1]: 0.0}
+    # a completion no function scored is neither: a group with only unscored rows is in neither share
+    scorable = torch.tensor([True, False, False, False, True, False, True, True])
+    assert group_outcome_shares(rewards, scorable, 2) == {OUTCOME_KEYS[0]: 0.25, OUTCOME_KEYS[1]: 0.25}
+    with pytest.raises(ValueError, match="num_generations=3"):
+        group_outcome_shares(rewards, ok, 3)
+
+
 def _train(trainer_cls, config_cls, model_dir, output_dir, **overrides):
     args = config_cls(**grpo_settings(output_dir, **overrides))
     trainer = trainer_cls(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
@@ -157,7 +173,11 @@ def test_trains_exactly_as_grpo_trainer(tiny_model_dir, tmp_path):
     for plain_entry, hardened_entry in zip(*logs, strict=True):  # every metric TRL logs, bit for bit
         keys = {k for k in plain_entry if not any(t in k for t in timing)}
         assert {k: plain_entry[k] for k in keys} == {k: hardened_entry[k] for k in keys}
-        assert set(hardened_entry) - set(plain_entry) <= {"pacs/skipped_steps"}  # the guard's own count
+        assert set(hardened_entry) - set(plain_entry) <= {"pacs/skipped_steps", *OUTCOME_KEYS}  # the layer's own
+        if "frac_reward_zero_std" in hardened_entry:  # binary rewards: a uniform group is all wrong or all right
+            shares = hardened_entry["pacs/frac_all_wrong_groups"] + hardened_entry["pacs/frac_all_right_groups"]
+            assert shares == pytest.approx(hardened_entry["frac_reward_zero_std"], abs=1e-6)
+    assert sum(OUTCOME_KEYS[0] in entry for entry in logs[1]) == 2  # one per generation batch (3 steps, 2 per batch)
     initial = GRPOTrainer(
         model=tiny_model_dir,
         reward_funcs=parity_reward,

@@ -99,8 +99,9 @@ def probe_kl(model, sft_path: str, args) -> float:
     return float((kl * mask).sum() / mask.sum())
 
 
-def run_one(spec: tuple[str, float | None, float, int], args, model_path: str) -> dict:
-    """One RL run from the SFT checkpoint: its validation/test curve, per-step logs and the final probe KL."""
+def run_one(spec: tuple[str, float | None, float, int], args, model_path: str, reward=None, save_to=None) -> dict:
+    """One RL run from the SFT checkpoint: its validation/test curve, per-step logs and the final probe KL.
+    `reward` replaces the task's reward function (see `learning.make_trainer`); `save_to` keeps the final model."""
     import torch
     from transformers import PrinterCallback, TrainerCallback
 
@@ -124,13 +125,15 @@ def run_one(spec: tuple[str, float | None, float, int], args, model_path: str) -
     name = f"{arm} b={beta:g}" if beta is not None else arm
     learning.CONFIGS[name] = arm_config(arm, beta, args.rewarmup)
     out = os.path.join(args.work_dir, "runs", tag(arm, beta, lr, seed))
-    trainer = learning.make_trainer(name, lr, args, model_path, t["train"], seed, out)
+    trainer = learning.make_trainer(name, lr, args, model_path, t["train"], seed, out, reward=reward)
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(_tasks.eval_callback(args, curve))
     trainer.add_callback(Watch())
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    if save_to:
+        trainer.save_model(save_to)
     run = {
         "arm": arm, "beta": beta, "lr": lr, "seed": seed, "curve": curve, "steps": steps,
         "kl_to_sft": probe_kl(trainer.model, model_path, args), "seconds": seconds, "cpu_seconds": cpu,
@@ -215,7 +218,7 @@ def main(argv=None) -> dict:
     p.add_argument("--report-only", dest="report_only", action="store_true")
     p.add_argument("--only", nargs=4, metavar=("ARM", "BETA", "LR", "SEED"), help="one run, printed as JSON")
     p.add_argument("--smoke", action="store_true")
-    p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=100, help="SFT steps (warm start)")
+    p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=100, help="--smoke's unpinned SFT")
     args, rest = p.parse_known_args(argv)
     largs = learning.parse_args(rest + (["--smoke"] if args.smoke else []))
     for k, v in vars(args).items():
@@ -232,8 +235,7 @@ def main(argv=None) -> dict:
         return raw
     info = _common.machine_info()
     t = _tasks.task(largs)
-    sft_meta = _tasks.sft_warm_start(largs, t["tokenizer"], t["sft"], t["dev"], t["test"])
-    sft_path = str(Path(largs.work_dir) / "sft")
+    sft_path, sft_meta = _tasks.warm_start(largs, t)  # pinned (benchmarks/warm_starts/), sha256 checked
     if args.only:
         arm, beta, lr, seed = args.only
         spec = (arm, None if beta == "-" else float(beta), float(lr), int(seed))
@@ -241,7 +243,7 @@ def main(argv=None) -> dict:
         print(json.dumps({k: run[k] for k in ("arm", "beta", "lr", "seed", "curve", "kl_to_sft")}))
         return run
     runs = run_all(largs, sft_path)
-    raw = {"info": info, "args": vars(largs), "argv": sys.argv, "sft": sft_meta, "runs": runs}
+    raw = {"info": info, "args": vars(largs), "argv": sys.argv, "sft": sft_meta, "warm_start": sft_meta, "runs": runs}
     raw["info"]["load_average_end"] = _common.load_average()
     raw_path.write_text(json.dumps(raw, indent=1))
     anchor_report.report(raw, out, smoke=args.smoke)

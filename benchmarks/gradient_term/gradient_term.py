@@ -109,8 +109,7 @@ def main(argv=None) -> dict:
 
     tokenizer = _tasks.build_char_tokenizer()
     test, val, dev, sft, rl = _tasks.make_problems()
-    _tasks.sft_warm_start(largs, tokenizer, sft, dev, test)
-    sft_path = os.path.join(args.work_dir, "sft")
+    sft_path, warm = _tasks.warm_start(largs, _tasks.task(largs))  # pinned (benchmarks/warm_starts/), sha256 checked
     reference = AutoModelForCausalLM.from_pretrained(sft_path).eval()
     learning.CONFIGS["PACS reference"] = (
         "pacs",
@@ -160,7 +159,7 @@ def main(argv=None) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = "gradient_term_smoke.json" if args.smoke else "gradient_term.json"
-    raw = {"args": vars(args), "points": points, "table": table}
+    raw = {"args": vars(args), "warm_start": warm, "points": points, "table": table}
     (out / name).write_text(json.dumps(raw, indent=1))
     return raw
 

@@ -72,8 +72,9 @@ TRAIN_LOG_KEYS = ("step", "grad_norm", "reward", "entropy", RATIO_CLIP, *_common
 # 1. One RL run ----------------------------------------------------------------------------------------------------
 
 
-def make_trainer(name: str, lr: float, args, model_path: str, train_dataset, seed: int, out: str):
-    """The trainer exactly as a user would build it; all three share every setting except the algorithm and lr."""
+def make_trainer(name: str, lr: float, args, model_path: str, train_dataset, seed: int, out: str, reward=None):
+    """The trainer exactly as a user would build it; all three share every setting except the algorithm and lr.
+    `reward`: the reward function (default `_tasks.answer_reward`; a study may wrap it to record what it sees)."""
     family, extra = CONFIGS[name]
     common = dict(
         output_dir=out,
@@ -114,7 +115,7 @@ def make_trainer(name: str, lr: float, args, model_path: str, train_dataset, see
         raise ValueError(f"config {name!r}: unknown trainer family {family!r}; use 'pacs', 'grpo' or 'rloo'")
     config = Config(**{**common, **extra})
     return Trainer(
-        model=model_path, reward_funcs=_tasks.answer_reward, args=config, train_dataset=train_dataset,
+        model=model_path, reward_funcs=reward or _tasks.answer_reward, args=config, train_dataset=train_dataset,
         processing_class=_tasks.task(args)["tokenizer"],
     )  # fmt: skip
 
@@ -166,6 +167,7 @@ def run_key(args, name: str) -> dict:
     """Every setting that changes a run's result (not which runs are made, nor how they are reported)."""
     keys = ("hidden_size", "num_layers", "sft_lr", "sft_target", "sft_max_steps", "sft_batch_size", "threads")
     keys += ("num_generations", "prompts_per_step", "max_steps", "steps_per_generation", "num_iterations")
+    keys += ("warm_start",) if not args.smoke else ()
     return {**{k: getattr(args, k) for k in keys}, "eval_every": args.eval_every, "config": CONFIGS[name]}
 
 
@@ -180,7 +182,7 @@ def cache(args) -> _common.RunCache:
 def run_cached(args, spec: tuple[str, float, int]) -> dict:
     """One (config, lr, seed) run, stored in the cache; in a pool worker, the task is built once per process."""
     name, lr, seed = spec
-    run = run_one(name, lr, seed, args, str(Path(args.work_dir) / "sft"))
+    run = run_one(name, lr, seed, args, _tasks.warm_start(args, _tasks.task(args))[0])
     return cache(args).put(run_tag(*spec), run_key(args, name), run)
 
 
@@ -239,10 +241,11 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     work_dir.mkdir(parents=True, exist_ok=True)
     t = _tasks.task(args)
-    sft_meta = _tasks.sft_warm_start(args, t["tokenizer"], t["sft"], t["dev"], t["test"])
+    _, sft_meta = _tasks.warm_start(args, t)  # pinned (benchmarks/warm_starts/), sha256 checked
     runs: list[dict] = []
     argv_ = sys.argv if argv is None else ["benchmarks/learning/learning.py", *argv]
     raw = {"info": _common.machine_info(), "args": vars(args), "argv": argv_, "sft": sft_meta, "runs": runs}
+    raw["warm_start"] = sft_meta
 
     def save():
         raw["info"]["load_average_end"] = _common.load_average()

@@ -97,6 +97,7 @@ def run_key(args, name: str) -> dict:
     """Every setting that changes a run's result (not which runs are made, nor how they are reported)."""
     keys = ("hidden_size", "num_layers", "sft_lr", "sft_target", "sft_max_steps", "sft_batch_size", "threads")
     keys += ("num_generations", "prompts_per_step", "completions", "eval_every_completions")
+    keys += ("warm_start",) if not args.smoke else ()
     return {**{k: getattr(args, k) for k in keys}, "config": learning.CONFIGS[name]}
 
 
@@ -114,7 +115,7 @@ def cache(args) -> _common.RunCache:
 def run_cell(args, spec) -> dict:
     """One (algorithm, steps_per_generation, num_iterations, lr, seed) run, cached as JSON in the work dir."""
     name, spg, mu, lr, seed = spec
-    run = learning.run_one(name, lr, seed, run_settings(args, spg, mu), str(Path(args.work_dir) / "sft"))
+    run = learning.run_one(name, lr, seed, run_settings(args, spg, mu), _tasks.warm_start(args, _tasks.task(args))[0])
     run.update(steps_per_generation=spg, num_iterations=mu)
     return cache(args).put(run_tag(*spec), run_key(args, name), run)
 
@@ -190,12 +191,12 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     work_dir.mkdir(parents=True, exist_ok=True)
     t = _tasks.task(args)
-    sft_meta = _tasks.sft_warm_start(args, t["tokenizer"], t["sft"], t["dev"], t["test"])
+    _, sft_meta = _tasks.warm_start(args, t)  # pinned (benchmarks/warm_starts/), sha256 checked
     info = _common.machine_info()  # with info["code"]: $PACS_BENCH_CODE or "this checkout"
     args.lr_center = {name: PICKED_LR.get(name, 1e-5) for name in args.algorithms}  # for the report
     runs: list[dict] = []
     command = " ".join(["python benchmarks/reuse/reuse.py", *sys.argv[1:]]) if argv is None else f"reuse.main({argv})"
-    raw = {"info": info, "args": vars(args), "command": command, "sft": sft_meta, "runs": runs}
+    raw = {"info": info, "args": vars(args), "command": command, "sft": sft_meta, "warm_start": sft_meta, "runs": runs}
 
     def save():
         raw["info"]["load_average_end"] = _common.load_average()

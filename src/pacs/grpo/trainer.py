@@ -61,6 +61,7 @@ from .checkpoints import (
 from .checks import check_eval_batch, check_model_path, check_trainer_args, check_trainer_datasets
 from .config import HardenedGRPOConfig
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, validated_reward_func
+from .metrics import group_outcome_shares
 from .terms import forward_inputs, per_token_kl, token_mean
 from .vllm_sync import SamplingGapMonitor, install_lora_push
 
@@ -160,7 +161,12 @@ class HardenedGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_glob, F)
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,), gathered: every process stops together
-        self._unlabeled_batches.update(int(scorable.sum()), scorable.numel(), self._mode)
+        mode = self._mode
+        self._unlabeled_batches.update(int(scorable.sum()), scorable.numel(), mode)
+        # all-wrong / all-right groups: the batch's reward sparsity, which TRL's frac_reward_zero_std does not separate
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)  # (B_glob,)
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        self._record(mode, group_outcome_shares(rewards, scorable, G))
         self._after_rewards(rewards_per_func, scorable)
         return rewards_per_func
 
