@@ -286,6 +286,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
                 rollout=mid_generation, run=run_identity(self._model_id, W, self.args),
             )  # fmt: skip
             self._rotate_after_marker(run_dir)
+        self.accelerator.wait_for_everyone()  # no process trains on before the checkpoint is complete
 
     def _rotate_after_marker(self, run_dir: str) -> None:
         # transformers' rotation, run after the completion marker (see `_save_checkpoint`)
