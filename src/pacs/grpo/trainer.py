@@ -66,7 +66,7 @@ from .config import HardenedGRPOConfig
 from .faults import fault_point, optimizer_shard_fault
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .terms import forward_inputs, per_token_kl, token_mean
-from .vllm_sync import SamplingGapMonitor, install_lora_push
+from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
 
 
 check_trl()
@@ -113,6 +113,9 @@ class HardenedGRPOTrainer(GRPOTrainer):
         # the run identity its checkpoints record (`pacs.grpo.checkpoints.run_identity`): the model as it was given
         self._model_id = model if isinstance(model, str) else getattr(self.model.config, "_name_or_path", "")
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
+        if args.use_vllm and args.vllm_mode == "server":  # TRL's client waits for ever on a hung server
+            client = getattr(getattr(self, "vllm_generation", None), "vllm_client", None)
+            add_read_timeout(client, args.vllm_server_read_timeout)
 
     @property
     def _mode(self) -> str:
