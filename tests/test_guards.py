@@ -297,3 +297,18 @@ def test_wrapper_counts_completions_from_whatever_list_it_is_given():
     assert validated_reward_func(lambda **kw: [0.0, 1.0])() == [0.0, 1.0]
     with pytest.raises(ValueError, match=r"returned nan for completion 1; return None"):
         validated_reward_func(lambda **kw: [0.0, math.nan])()
+
+
+def test_a_timed_out_collective_says_a_process_stopped_answering():
+    from pacs.grpo.guards import stopped_rank_error
+
+    gloo = RuntimeError("[../gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 60000ms for recv operation")
+    error = stopped_rank_error(gloo, ddp_timeout=60, world_size=2)
+    assert str(error).startswith("A process stopped answering: a collective of this 2-process run waited ddp_timeout")
+    assert "(60 s)" in str(error) and "a whole generation plus an evaluation" in str(error) and "\n" not in str(error)
+    assert "Timed out waiting 60000ms" in str(error)  # the backend's own line, for the search engine
+    nccl = RuntimeError("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLGATHER)")
+    assert stopped_rank_error(nccl, 1800, 16) is not None
+    # anything else, or one process, is left as it is
+    assert stopped_rank_error(RuntimeError("CUDA out of memory"), 60, 2) is None
+    assert stopped_rank_error(gloo, 60, 1) is None

@@ -102,3 +102,13 @@ def test_grpo_baseline_mirrors_verl(name):
     comments = "\n".join(line for line in (RECIPES / name).read_text().splitlines() if line.startswith("#"))
     assert "seq-mean-token-sum-norm" in comments and "clip_ratio_c" in comments
     assert "which is TRL's dr_grpo" not in comments  # the two aggregations differ by a constant factor
+
+
+@pytest.mark.parametrize("name", [*PACS_RECIPES, *GRPO_RECIPES])
+def test_failures_resume_by_themselves_and_a_slow_rollout_is_not_a_hang(name):
+    # a relaunch or an elastic restart continues the run (pacs.grpo.resume); the process-group timeout stays at least
+    # transformers' 1800 s, longer than a whole generation plus an evaluation, and the recipe says why
+    recipe, text = load(name), (RECIPES / name).read_text()
+    assert recipe["resume_from_checkpoint"] == "auto"
+    assert recipe["ddp_timeout"] >= 1800 and "a whole\n# generation plus an evaluation" in text
+    assert build(name, PACSConfig if name in PACS_RECIPES else GRPOConfig).ddp_timeout >= 1800

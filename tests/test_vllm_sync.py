@@ -353,3 +353,30 @@ def test_monitor_is_silent_without_vllm_logprobs():
     trainer.use_vllm = False
     log_sampling_gap(trainer, _output(0.8))
     assert not trainer._metrics["train"]
+
+
+def test_a_hung_vllm_server_stops_the_client_with_its_address():
+    # a stand-in server that accepts the request and never answers (a SIGSTOPped `trl vllm-serve`); TRL's own
+    # VLLMClient._post, whose session has no read timeout, on a client built without vLLM
+    import socket
+    import threading
+    import time
+
+    import requests
+    from trl.generation.vllm_client import VLLMClient
+
+    from pacs.grpo.vllm_sync import add_read_timeout
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+    client = object.__new__(VLLMClient)
+    client.session, client.base_url = requests.Session(), f"http://127.0.0.1:{server.getsockname()[1]}"
+    add_read_timeout(client, 1.0)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"vLLM server at {client.base_url} sent no reply .* within 1 s"):
+        client._post(f"{client.base_url}/v1/completions", json={"prompt": "1+1="})
+    assert time.monotonic() - started < 10 and accepted  # it reached the server, which never replied
+    server.close()

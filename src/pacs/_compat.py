@@ -29,6 +29,9 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
 - `no_router_logits`: mixture-of-experts generation with `output_router_logits=True` fails in transformers'
   `load_balancing_loss_func` on cached decoding steps. Remove when generation no longer computes the load-balancing
   loss (transformers skips it under `use_cache`/`generate`, or TRL turns it off while generating).
+- `elastic_restart_env`: what torchrun's elastic agent needs for a worker group to restart (`--max_restarts`), set
+  by `pacs train` (`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` on the torch versions in `TORCH_SHARED_RDZV_STORE`, the
+  c10d rendezvous endpoint). Remove the variable when pytorch#135712 is fixed in the oldest torch pacs supports.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ __all__ = [
     "TRL_REWARD_KWARGS",
     "activation_checkpointing_field",
     "check_trl",
+    "elastic_restart_env",
     "group_shuffle",
     "no_router_logits",
     "prefer_activation_checkpointing",
@@ -109,6 +113,13 @@ TRL_LM_HEAD_TILE = (4096, 32768)
 """The tiles (tokens x vocabulary) of TRL 1.16's fused LM head in the training forward, which `pacs plan` counts in
 its memory estimate; update with TRL."""
 
+TORCH_SHARED_RDZV_STORE = (Version("2.4"), None)
+"""The torch versions (from, to exclusive; `None`: not fixed yet) whose elastic agent hands its rendezvous TCP store
+to the workers (`dynamic_rendezvous.py`, `use_agent_store`) and whose restarted workers then read the previous
+attempt's addresses from it: gloo fails with "connectFullMesh failed ... Connection refused", or the group hangs
+(pytorch#135712; seen on torch 2.13 on CPU, tests/test_restarts.py). `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives
+each attempt a store of its own. Set the upper bound when a torch release fixes it."""
+
 _TRL_RANGE = (Version("1.15"), Version("2"))
 _OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class (tests/test_grpo_trainer.py)
     "_calculate_rewards",
@@ -167,6 +178,24 @@ def prefer_activation_checkpointing(args) -> None:
         if hasattr(args, new) and getattr(args, new) is None and getattr(args, old) is not None:
             setattr(args, new, getattr(args, old))
             setattr(args, old, None)
+
+
+def elastic_restart_env(torch_version: str, endpoint: str) -> dict[str, str]:
+    """The environment `pacs train` adds to `accelerate launch` when `max_restarts` > 0 (the c10d rendezvous).
+
+    `PET_RDZV_ENDPOINT` is torchrun's `--rdzv_endpoint`, which accelerate fills only for several machines on
+    different networks; without it c10d rendezvous on a fixed `localhost:29400` (a second run on the host collides,
+    and other machines never find it). `TORCH_DISABLE_SHARE_RDZV_TCP_STORE` as `TORCH_SHARED_RDZV_STORE` says.
+
+    >>> elastic_restart_env("2.13.0+cpu", "10.0.0.1:29500")["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"]
+    '1'
+    """
+    env = {"PET_RDZV_ENDPOINT": endpoint}
+    low, high = TORCH_SHARED_RDZV_STORE
+    version = Version(Version(torch_version).base_version)
+    if version >= low and (high is None or version < high):
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    return env
 
 
 def check_trl() -> None:

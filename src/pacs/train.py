@@ -46,12 +46,14 @@ from trl import GRPOConfig, ModelConfig, get_peft_config
 from pacs import PACSTrainer
 from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
 from pacs.grpo import HardenedGRPOTrainer
-from pacs.grpo.checkpoints import train_unless_finished
+from pacs.grpo.checkpoints import run_identity, train_unless_finished
 from pacs.grpo.checks import check_model_path
+from pacs.grpo.resume import ResumeRefused, remove_checkpoints, restart_count, resume_checkpoint
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_parser: `pacs.train`'s public names)
     Recipe,
     ScriptArguments,
+    launch_setting,
     make_parser,
     read_recipe,
 )
@@ -101,6 +103,16 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
             raise
         logger.exception("check_plan is false: training despite the plan's failures")
 
+    # which checkpoint this process resumes from (an elastic restart: the newest complete one), or a refusal
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    training_args.resume_from_checkpoint = _resume_or_refuse(
+        script_args,
+        training_args,
+        model_args.model_name_or_path,
+        world_size,
+        first_process=training_args.process_index == 0,
+    )
+
     # 1. The model is loaded by the trainer from its id or path, so that ZeRO-3 can shard it while it loads.
     model_init_kwargs = {
         "revision": model_args.model_revision,
@@ -139,6 +151,19 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
     )
     _log_run(trainer, script_args.algorithm, len(train_dataset))
     _train_and_save(trainer, script_args, training_args)
+
+
+def _resume_or_refuse(script_args, training_args, model: str, world_size: int, first_process: bool) -> str | None:
+    """`pacs.grpo.resume.resume_checkpoint` for this launch; on a fresh start with `overwrite_output_dir`, the first
+    process deletes the old checkpoints. Raises `ResumeRefused` (one line; `pacs train` exits 2)."""
+    resume = resume_checkpoint(
+        training_args.resume_from_checkpoint, training_args.output_dir,
+        run_identity(model, world_size, training_args), script_args.overwrite_output_dir, verbose=first_process,
+    )  # fmt: skip
+    fresh = resume is None and restart_count() == 0
+    if fresh and script_args.overwrite_output_dir and first_process:
+        remove_checkpoints(training_args.output_dir)
+    return resume
 
 
 def _train_and_save(trainer, script_args: ScriptArguments, training_args: GRPOConfig) -> None:
@@ -193,7 +218,12 @@ def run_in_process(argv: list[str] | None = None) -> None:
             "`pacs train`, which launches accelerate, or pass them to `accelerate launch`).",
             " ".join(recipe.launch_args),
         )
-    main(recipe.script_args, recipe.training_args, recipe.model_args)
+    try:
+        main(recipe.script_args, recipe.training_args, recipe.model_args)
+    except ResumeRefused as error:  # one line, on the first process only, and no traceback: the message is the fix
+        if recipe.training_args.process_index == 0:
+            logger.error("pacs train: error: %s", error)
+        sys.exit(2)
 
 
 def launch(recipe: Recipe) -> None:
@@ -202,9 +232,41 @@ def launch(recipe: Recipe) -> None:
     from accelerate.commands.launch import launch_command, launch_command_parser
 
     config = ["--config_file", str(recipe.accelerate_config)] if recipe.accelerate_config else []
-    command = [*config, *recipe.launch_args, "--module", "pacs.train", *recipe.train_argv]
+    command = [*config, *recipe.launch_args, *_restart_options(recipe), "--module", "pacs.train", *recipe.train_argv]
     logger.info("accelerate launch %s", " ".join(command))
     launch_command(launch_command_parser().parse_args(command))
+
+
+def _restart_options(recipe: Recipe) -> list[str]:
+    """With `max_restarts` > 0: the c10d rendezvous on the command line (accelerate takes `rdzv_backend` from its
+    config file only when the command line leaves it unset, and its default, `static`, is always set) and the
+    environment torchrun's agent needs to restart a worker group (`pacs._compat.elastic_restart_env`)."""
+    if int(launch_setting(recipe, "max_restarts", 0)) <= 0:
+        return []
+    import torch
+
+    from pacs._compat import elastic_restart_env
+
+    backend = launch_setting(recipe, "rdzv_backend")
+    given = launch_setting(recipe, "rdzv_backend", config_file=False) is not None
+    if given and backend != "c10d":
+        logger.warning("rdzv_backend %s with max_restarts: a restarted worker group may hang; use c10d.", backend)
+    ip = launch_setting(recipe, "main_process_ip") or "127.0.0.1"
+    port = launch_setting(recipe, "main_process_port") or 29500
+    for key, value in elastic_restart_env(torch.__version__, f"{ip}:{port}").items():
+        os.environ.setdefault(key, value)
+    return [] if given else ["--rdzv_backend", "c10d"]
+
+
+def _check_before_launch(recipe: Recipe) -> None:
+    """The resume decision of every process, once here before anything starts (its refusal: exit 2, one line)."""
+    if int(launch_setting(recipe, "machine_rank", 0)) != 0 and recipe.script_args.overwrite_output_dir:
+        return  # machine 0 decides what to delete
+    world_size = int(launch_setting(recipe, "num_processes", 1))
+    _resume_or_refuse(
+        recipe.script_args, recipe.training_args, recipe.model_args.model_name_or_path or "", world_size,
+        first_process=int(launch_setting(recipe, "machine_rank", 0)) == 0,
+    )  # fmt: skip
 
 
 def run(args) -> int:
@@ -215,11 +277,16 @@ def run(args) -> int:
     except (ValueError, FileNotFoundError) as error:  # a recipe or a key that does not exist: the message is the fix
         print(f"pacs train: error: {error}", file=sys.stderr)
         return 2
-    # inside a launched process (`accelerate launch ... pacs train`), or nothing to launch: train here
-    if "LOCAL_RANK" in os.environ or (recipe.accelerate_config is None and not recipe.launch_args):
-        main(recipe.script_args, recipe.training_args, recipe.model_args)
-    else:
-        launch(recipe)
+    try:
+        # inside a launched process (`accelerate launch ... pacs train`), or nothing to launch: train here
+        if "LOCAL_RANK" in os.environ or (recipe.accelerate_config is None and not recipe.launch_args):
+            main(recipe.script_args, recipe.training_args, recipe.model_args)
+        else:
+            _check_before_launch(recipe)
+            launch(recipe)
+    except ResumeRefused as error:  # another run's checkpoint, a missing one, another world size: before any model
+        print(f"pacs train: error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 

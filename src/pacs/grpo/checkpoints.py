@@ -49,17 +49,24 @@ from accelerate.utils import send_to_device
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "AUTO",
     "COMPLETE_MARKER",
     "TRAINER_STATE",
     "ROLLOUT_DIR",
+    "RUN_IDENTITY_KEYS",
     "checkpoint_problem",
     "finished_run",
+    "identity_mismatch",
     "last_complete_checkpoint",
     "load_rollout",
+    "missing_rank_files",
+    "read_marker",
     "resolve_resume_checkpoint",
     "rollout_file",
+    "run_identity",
     "save_rollout",
     "sync_checkpoint_files",
+    "sync_own_files",
     "train_unless_finished",
     "write_complete_marker",
 ]
@@ -71,6 +78,17 @@ ROLLOUT_DIR = "pacs_rollout"
 """Sub-folder of a mid-generation checkpoint holding one `rank<r>.pt` per process."""
 
 TRAINER_STATE = "trainer_state.json"
+AUTO = "auto"
+"""`resume_from_checkpoint: auto`: the newest complete checkpoint of `output_dir` if there is one, else a fresh start."""
+RUN_IDENTITY_KEYS = (
+    "model",
+    "world_size",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_generations",
+    "steps_per_generation",
+)
+"""What makes a checkpoint this run's: [`run_identity`]'s keys, recorded in the completion marker under `"run"`."""
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _FORMAT = 1
 
@@ -163,6 +181,37 @@ def sync_checkpoint_files(checkpoint_dir: str | os.PathLike) -> dict[str, int]:
     return dict(sorted(files.items()))
 
 
+def sync_own_files(checkpoint_dir: str | os.PathLike) -> int:
+    """fsync, on this process, the files of `checkpoint_dir` it sees; returns how many. Every process calls it once
+    it has closed its own files and before the barrier that precedes the completion marker.
+
+    On one machine this is the page cache every process shares and duplicates cost nothing; on a filesystem shared
+    between machines (NFS, Lustre: `output_dir` must be one, docs/recipes.md "Multi-node and failures") a machine's
+    fsync is what pushes the files it wrote (its optimizer and weight shards, its RNG state, its rollout) to the
+    server before process 0 writes the marker. A file another process renames meanwhile is skipped.
+    """
+    count = 0
+    for folder, _, names in os.walk(str(checkpoint_dir)):
+        for name in names:
+            if name.startswith(COMPLETE_MARKER):
+                continue
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                with open(os.path.join(folder, name), "rb") as f:
+                    os.fsync(f.fileno())
+                    count += 1
+        _fsync_folder(folder)
+    return count
+
+
+def missing_rank_files(checkpoint_dir: str | os.PathLike, world_size: int) -> list[str]:
+    """The per-process files (`rng_state_<r>.pth`, which transformers writes on every process of a multi-process
+    run) that `checkpoint_dir` lacks: not empty on process 0 means the other machines wrote elsewhere."""
+    if world_size <= 1:
+        return []
+    names = [f"rng_state_{r}.pth" for r in range(world_size)]
+    return [n for n in names if not os.path.isfile(os.path.join(str(checkpoint_dir), n))]
+
+
 def _fsync_folder(folder: str) -> None:
     # a file's name lives in its folder: fsync the folder too, so that a new or renamed file survives a power loss
     with contextlib.suppress(OSError):  # some filesystems (and Windows) cannot open a folder for fsync
@@ -191,6 +240,63 @@ def write_complete_marker(checkpoint_dir: str | os.PathLike, files: dict[str, in
         os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
     _fsync_folder(str(checkpoint_dir))
+
+
+def run_identity(model_name_or_path: str, world_size: int, args) -> dict[str, Any]:
+    """The settings that make a checkpoint this run's: the model, the world size and the batch settings.
+
+    A checkpoint resumes exactly only into the run that saved it: another number of processes cannot load its
+    optimizer shards or its rollout, and another model or batch layout would train a different run from its state.
+    `HardenedGRPOTrainer` records this dict in every completion marker (`"run"`), and `pacs train` compares it with
+    the launch's before any model loads ([`identity_mismatch`]; `pacs.grpo.resume.resume_checkpoint`). Call it with
+    the same values wherever a run is compared with a checkpoint.
+
+    Args:
+        model_name_or_path (`str`): The model as given to the trainer: a hub id, or a local directory (compared by
+            its real path, so that `./m` and `/abs/m` are one model).
+        world_size (`int`): The number of processes of the launch (all machines together).
+        args (`GRPOConfig`): Its `per_device_train_batch_size`, `gradient_accumulation_steps`, `num_generations` and
+            `steps_per_generation` are read.
+
+    Returns:
+        `dict`: one entry per [`RUN_IDENTITY_KEYS`], JSON-serialisable.
+
+    >>> import types
+    >>> args = types.SimpleNamespace(per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4,
+    ...                              steps_per_generation=2)
+    >>> run_identity("Qwen/Qwen3-4B", 2, args)["world_size"]
+    2
+    """
+    model = str(model_name_or_path)
+    if os.path.isdir(model):
+        model = os.path.realpath(model)
+    identity = {"model": model, "world_size": int(world_size)}
+    for key in RUN_IDENTITY_KEYS[2:]:
+        identity[key] = getattr(args, key)
+    return identity
+
+
+def identity_mismatch(recorded: dict[str, Any] | None, current: dict[str, Any]) -> str | None:
+    """How a checkpoint's recorded [`run_identity`] differs from the current one (`"world_size 2 there, 1 here"`),
+    or `None` when it is the same run; a marker without one (an older pacs) matches."""
+    if not recorded:
+        return None
+    differ = [
+        f"{key} {recorded[key]} there, {current[key]} here"
+        for key in RUN_IDENTITY_KEYS
+        if key in recorded and key in current and recorded[key] != current[key]
+    ]
+    return "; ".join(differ) or None
+
+
+def read_marker(checkpoint_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The completion marker of `checkpoint_dir` as a dict, or `None` when it has none or it cannot be read."""
+    try:
+        with open(os.path.join(str(checkpoint_dir), COMPLETE_MARKER)) as f:
+            marker = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
 
 
 def _files_problem(path: str) -> str | None:
@@ -278,11 +384,14 @@ def resolve_resume_checkpoint(
 
     `True` (or the strings "true", "last", "latest" of a command line) picks [`last_complete_checkpoint`] of
     `output_dir` and logs each newer folder it skipped; a named folder that is incomplete is a `ValueError` saying
-    what is missing. `None` / `False` resume nothing. `verbose=False` logs nothing (processes other than the main).
+    what is missing. `"auto"` is `True` when `output_dir` has a complete checkpoint and `None` (start fresh) when it
+    has none. `None` / `False` resume nothing. `verbose=False` logs nothing (processes other than the main).
     """
     log = logger.warning if verbose else logger.debug
     if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.lower() in ("true", "last", "latest"):
         resume_from_checkpoint = True
+    if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.lower() == AUTO:
+        resume_from_checkpoint = last_complete_checkpoint(output_dir)[0] is not None or None
     if resume_from_checkpoint is None or resume_from_checkpoint is False:
         return None
     if resume_from_checkpoint is True:

@@ -15,12 +15,13 @@ __all__ = ["HardenedGRPOConfig"]
 @dataclass
 class HardenedGRPOConfig(GRPOConfig):
     r"""
-    Configuration class for [`HardenedGRPOTrainer`]: every field of [`~trl.GRPOConfig`], unchanged, plus one.
+    Configuration class for [`HardenedGRPOTrainer`]: every field of [`~trl.GRPOConfig`], unchanged, plus two.
 
-    Two differences from `GRPOConfig`:
+    Three differences from `GRPOConfig`:
 
     - `gradient_checkpointing` (GRPOConfig's default, and the recipes' key) is carried over to transformers 5's
       `activation_checkpointing` before transformers warns about the old name (`pacs._compat`).
+    - `vllm_server_read_timeout`: a read timeout for TRL's vLLM client in server mode.
     - `pacs_max_skipped_steps` (the `pacs_` prefix is this package's namespace, as `PACSConfig`'s fields use it): the
       non-finite gradient guard's patience.
 
@@ -29,6 +30,10 @@ class HardenedGRPOConfig(GRPOConfig):
             An optimizer step whose gradient norm is not finite is skipped (weights and optimizer states untouched,
             counted in `pacs/skipped_steps`, see `pacs.grpo.guards`); this many skipped in a row stop training with an
             error saying what to check. `0` never stops.
+        vllm_server_read_timeout (`float`, *optional*, defaults to `1800`):
+            With `vllm_mode="server"`: seconds TRL's vLLM client waits for a reply to a request before the run stops
+            with an error naming the server (TRL sets no read timeout, so a hung server hangs the trainer). It must
+            exceed the longest generation request. `None` waits for ever.
     """
 
     pacs_max_skipped_steps: int = field(
@@ -36,6 +41,14 @@ class HardenedGRPOConfig(GRPOConfig):
         metadata={
             "help": "Optimizer steps whose gradient norm is not finite are skipped (weights and optimizer states "
             "untouched, counted in pacs/skipped_steps); this many in a row stop training with an error. 0 never stops."
+        },
+    )
+
+    vllm_server_read_timeout: float | None = field(
+        default=1800.0,
+        metadata={
+            "help": "vllm_mode server: seconds the vLLM client waits for a reply before the run stops with an error "
+            "naming the server; must exceed the longest generation request. None waits for ever."
         },
     )
 

@@ -20,6 +20,10 @@ and the fp16 loss scaler's skips); the recipes' schedule is constant.
 The reward functions' outputs are checked as TRL reads them ([`validated_reward_func`]: one finite number or `None` per
 completion, not NaN, a string or a bare scalar), and [`UnlabeledBatchTracker`] warns on every generation batch in which
 no completion got a reward and stops a run where that persists (`MAX_UNLABELED_BATCHES` in a row).
+
+A process that stops answering (hung in a reward function, stopped, on a node that froze) leaves the others waiting
+in a collective until the process-group timeout (`ddp_timeout`); [`stopped_rank_error`] turns the backend's timeout
+error into one that says so and what to check.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ __all__ = [
     "UnlabeledBatchTracker",
     "total_grad_norm",
     "validate_reward_output",
+    "stopped_rank_error",
     "validated_reward_func",
 ]
 
@@ -354,3 +359,23 @@ class UnlabeledBatchTracker:
                 "completion usually means a gold answer that does not parse or a column holding the wrong field "
                 "(a worked solution instead of the final answer)."
             )
+
+
+_TIMEOUT_WORDS = ("timed out", "timeout", "watchdog caught collective operation")
+
+
+def stopped_rank_error(error: BaseException, ddp_timeout: int, world_size: int) -> RuntimeError | None:
+    """The error a run raises when a collective timed out on a multi-process run, or `None` for any other error.
+
+    gloo says "Timed out waiting 60000ms for recv operation", NCCL's watchdog "Watchdog caught collective operation
+    timeout"; either means another process stopped answering for `ddp_timeout` seconds.
+    """
+    text = str(error).lower()
+    if world_size <= 1 or not any(word in text for word in _TIMEOUT_WORDS):
+        return None
+    return RuntimeError(
+        f"A process stopped answering: a collective of this {world_size}-process run waited ddp_timeout ({ddp_timeout} "
+        "s) for another process. Look for a process or node that hung or died (its log ends early); under "
+        "max_restarts the group restarts and resumes. If it was only slow, raise ddp_timeout above the longest gap "
+        f"between collectives (a whole generation plus an evaluation). Backend: {str(error).splitlines()[0][:200]}"
+    )

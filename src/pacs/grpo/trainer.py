@@ -53,17 +53,21 @@ from .checkpoints import (
     TRAINER_STATE,
     finished_run,
     load_rollout,
+    missing_rank_files,
     resolve_resume_checkpoint,
+    run_identity,
     save_rollout,
     sync_checkpoint_files,
+    sync_own_files,
     write_complete_marker,
 )
 from .checks import check_eval_batch, check_model_path, check_trainer_args, check_trainer_datasets
 from .config import HardenedGRPOConfig
-from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, validated_reward_func
+from .faults import fault_point, optimizer_shard_fault
+from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .metrics import group_outcome_shares
 from .terms import forward_inputs, per_token_kl, token_mean
-from .vllm_sync import SamplingGapMonitor, install_lora_push
+from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
 
 
 check_trl()
@@ -107,7 +111,12 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._unlabeled_batches = UnlabeledBatchTracker()
         self._sampling_monitor = SamplingGapMonitor()
         self._finished_checkpoint: str | None = None
+        # the run identity its checkpoints record (`pacs.grpo.checkpoints.run_identity`): the model as it was given
+        self._model_id = model if isinstance(model, str) else getattr(self.model.config, "_name_or_path", "")
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
+        if args.use_vllm and args.vllm_mode == "server":  # TRL's client waits for ever on a hung server
+            client = getattr(getattr(self, "vllm_generation", None), "vllm_client", None)
+            add_read_timeout(client, args.vllm_server_read_timeout)
 
     @property
     def _mode(self) -> str:
@@ -172,6 +181,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         mode = self._mode  # once: TRL's continuous batching sets training mode after generating, even in evaluation
+        if mode == "train":  # test-only (`pacs.grpo.faults`): nothing happens unless PACS_TEST_KILL_AT names it
+            fault_point("generation", self.state.global_step, self.accelerator.process_index)
         self._before_generation(mode)
         output = self._after_generation(super()._generate_and_score_completions(inputs), mode)
         # vLLM's sampling log-probs vs the trainer's: stale weights show (`pacs.grpo.vllm_sync`)
@@ -211,9 +222,15 @@ class HardenedGRPOTrainer(GRPOTrainer):
             self._finished_checkpoint = resume
             self.state = TrainerState.load_from_json(os.path.join(resume, TRAINER_STATE))
             return TrainOutput(self.state.global_step, float("nan"), {})
-        return super().train(
-            resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
-        )
+        try:
+            return super().train(
+                resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
+            )
+        except RuntimeError as error:  # torch.distributed's errors too: a collective that timed out names the cause
+            stopped = stopped_rank_error(error, self.args.ddp_timeout, self.accelerator.num_processes)
+            if stopped is None:
+                raise
+            raise stopped from error
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         """`Trainer.save_model`, except after `train` found the run finished: the model in memory is then the
@@ -257,17 +274,28 @@ class HardenedGRPOTrainer(GRPOTrainer):
         limit = self.args.save_total_limit
         self.args.save_total_limit = None
         try:
-            super()._save_checkpoint(model, trial)
+            with optimizer_shard_fault(self.state.global_step, self.accelerator.process_index):  # test-only
+                super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
         self._save_extra_state(folder)
+        sync_own_files(folder)  # each process (each machine) flushes what it wrote before anyone vouches for it
         self.accelerator.wait_for_everyone()
         if self.args.should_save:  # every process has closed its files: sync them, then the marker with their sizes
+            W = self.accelerator.num_processes
+            missing = missing_rank_files(folder, W)
+            if missing:  # the other machines wrote theirs elsewhere: no complete checkpoint can exist here
+                raise RuntimeError(
+                    f"{folder} lacks {', '.join(missing)}, written by the other processes: output_dir is not shared "
+                    "between the machines. Put output_dir on a filesystem every machine mounts at the same path "
+                    "(docs/recipes.md, 'Multi-node and failures')."
+                )
             write_complete_marker(
-                folder, files=sync_checkpoint_files(folder), global_step=self.state.global_step,
-                world_size=self.accelerator.num_processes, rollout=mid_generation,
+                folder, files=sync_checkpoint_files(folder), global_step=self.state.global_step, world_size=W,
+                rollout=mid_generation, run=run_identity(self._model_id, W, self.args),
             )  # fmt: skip
             self._rotate_after_marker(run_dir)
+        self.accelerator.wait_for_everyone()  # no process trains on before the checkpoint is complete
 
     def _rotate_after_marker(self, run_dir: str) -> None:
         # transformers' rotation, run after the completion marker (see `_save_checkpoint`)

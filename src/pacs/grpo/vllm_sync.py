@@ -32,7 +32,8 @@ from .terms import logps_without_grad, loss_mask
 
 
 __all__ = [
-    "STALE_GAP", "SamplingGapMonitor", "install_lora_push", "iter_merged_params", "merged_tensor", "sampling_gap"
+    "STALE_GAP", "SamplingGapMonitor", "add_read_timeout", "install_lora_push", "iter_merged_params", "merged_tensor",
+    "sampling_gap",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -222,3 +223,31 @@ def _trainer_logps(trainer, output: dict, mode: str) -> torch.Tensor:
     args = trainer.args
     batch_size = args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size
     return logps_without_grad(trainer, trainer.model, output, batch_size)
+
+
+def add_read_timeout(client, seconds: float | None) -> None:
+    """Every HTTP request of TRL's `VLLMClient` `client` gives up after `seconds` without a reply, with an error that
+    names the server; `None` leaves TRL's behaviour (no read timeout: a hung server hangs the trainer for good).
+
+    `HardenedGRPOTrainer` applies `vllm_server_read_timeout` to the client of `vllm_mode="server"` (on the main
+    process, which holds it). The other processes then wait in their next collective, up to `ddp_timeout`.
+    """
+    if seconds is None or client is None:
+        return
+    import requests
+
+    request = client.session.request
+
+    def request_with_timeout(method, url, *args, **kwargs):
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = seconds
+        try:
+            return request(method, url, *args, **kwargs)
+        except requests.exceptions.Timeout as error:
+            raise TimeoutError(
+                f"The vLLM server at {client.base_url} sent no reply to {method} {url} within {seconds:g} s "
+                "(vllm_server_read_timeout): it hangs or died. Restart it and relaunch with --resume_from_checkpoint "
+                "auto; if a generation batch really takes longer, raise vllm_server_read_timeout."
+            ) from error
+
+    client.session.request = request_with_timeout

@@ -77,6 +77,10 @@ class ScriptArguments:
         expected_gpu_memory_gb (`float`, *optional*):
             Memory of one GPU the recipe assumes, in GiB as the GPU reports it (an "80 GB" H100 reports about 79.2).
             `pacs plan --config <recipe>` checks the recipe against it; a run on GPUs with less memory logs a warning.
+        overwrite_output_dir (`bool`, *optional*, defaults to `False`):
+            A fresh start (no `resume_from_checkpoint`) in an `output_dir` that holds `checkpoint-N` folders is
+            refused, so that another run's checkpoints are not written over; `true` deletes them and starts anew.
+            Ignored when a resume is asked for (`auto`, `true`, a folder) and on an elastic restart.
         check_plan (`bool`, *optional*, defaults to `True`):
             Run `pacs plan`'s checks (`pacs.plan.check_training_plan`) at start, before any model loads, and stop on
             a failure (a vLLM engine that cannot start, bf16 weights that cannot learn, a vLLM share below the
@@ -145,6 +149,13 @@ class ScriptArguments:
     expected_gpu_memory_gb: float | None = field(
         default=None,
         metadata={"help": "Memory of one GPU the recipe assumes (GiB); `pacs plan` checks the recipe against it."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "A fresh start in an output_dir holding checkpoint-N folders is refused; `true` deletes them "
+            "and starts anew."
+        },
     )
     check_plan: bool = field(
         default=True,
@@ -266,6 +277,23 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
         recipe.accelerate_config = resolve_accelerate_config(accelerate_config)
     recipe.train_argv = _subtract_subsequence(argv, cli_launch)
     return recipe
+
+
+def launch_setting(recipe: Recipe, name: str, default=None, config_file: bool = True):
+    """The launch option `name` (`"num_processes"`) as `accelerate launch` will see it: the last value given in the
+    recipe or on the command line (either spelling), else the `accelerate_config` file's (unless `config_file` is
+    false), else `default`."""
+    spellings = {f"--{name}", f"--{name.replace('_', '-')}"}
+    value = None
+    for key, tokens in _groups(recipe.launch_args):
+        if key in spellings:
+            value = tokens[-1].split("=", 1)[-1] if len(tokens) == 1 else tokens[-1]
+    if value is None and config_file and recipe.accelerate_config is not None:
+        import yaml
+
+        with open(recipe.accelerate_config) as f:
+            value = (yaml.safe_load(f) or {}).get(name)
+    return default if value is None else value
 
 
 def _subtract_subsequence(items: list[str], subsequence: list[str]) -> list[str]:
