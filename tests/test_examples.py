@@ -247,6 +247,48 @@ def test_unknown_keys_name_the_closest_valid_ones(train_qwen, tmp_path):
     assert cli_main(["train", "--config", "qwen3_4b_pac"]) == 2
 
 
+def test_a_mistyped_key_is_named_before_any_value_is_checked(tmp_path, capsys):
+    from pacs.cli import main as cli_main
+
+    # the 4B recipe is bf16: on a host without a GPU, building its config fails (transformers' bf16 error) unless
+    # use_cpu is set; a typo must be named first, on the command line and in the recipe alike
+    assert cli_main(["train", "--config", "qwen3_4b_pacs", "--learnig_rate", "1e-4"]) == 2
+    err = capsys.readouterr().err
+    assert "learnig_rate (on the command line): did you mean learning_rate?" in err and "bf16" not in err
+    recipe = tmp_path / "typo.yaml"
+    recipe.write_text((RECIPES / "qwen3_4b_pacs.yaml").read_text() + "usecpu: true\n")
+    assert cli_main(["train", "--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert "usecpu (in the recipe): did you mean use_cpu" in err and "bf16" not in err
+
+
+def test_a_value_error_is_one_line_and_help_opens_with_the_recipe_usage(capsys):
+    from pacs.cli import main as cli_main
+
+    assert cli_main(["train", "--config", "tiny_cpu", "--num_generations", "four"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--num_generations" in err and "invalid int value: 'four'" in err
+    assert cli_main(["train", "--config", "tiny_cpu", "--algorithm", "ppo"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(SystemExit):
+        cli_main(["train", "--help"])
+    head = " ".join(capsys.readouterr().out[:1000].split())
+    assert head.startswith("usage: pacs train --config RECIPE") and "`pacs recipes`" in head
+    assert "--config qwen3_4b_pacs" in head and "pacs plan --config" in head
+
+
+def test_help_lists_every_built_in_reward(capsys):
+    from pacs.cli import main as cli_main
+    from pacs.rewards import REWARD_FUNCS
+
+    with pytest.raises(SystemExit):
+        cli_main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    reward_help = help_text[help_text.index("--reward_funcs REWARD_FUNCS") :][:400]
+    assert "boxed_math" in REWARD_FUNCS
+    assert all(f"`{name}`" in reward_help for name in REWARD_FUNCS), reward_help
+
+
 def test_script_requires_a_model_and_an_eval_benchmark(train_qwen, tiny_model_dir):
     script_args, args, model_args = parse_recipe(train_qwen, TINY_RECIPE)
     with pytest.raises(ValueError, match="--model_name_or_path"):
