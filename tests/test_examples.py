@@ -289,6 +289,87 @@ def test_help_lists_every_built_in_reward(capsys):
     assert all(f"`{name}`" in reward_help for name in REWARD_FUNCS), reward_help
 
 
+@pytest.fixture
+def no_training(train_qwen, monkeypatch):
+    """`pacs train` in this process, with `train` (the trainer, which loads the model) replaced by a recorder."""
+    calls = []
+    monkeypatch.setattr(train_qwen, "train", lambda *args: calls.append(args))
+    monkeypatch.setattr(train_qwen, "launch", lambda recipe: calls.append(recipe))
+    return calls
+
+
+def ordinary_mistakes(tmp_path: Path, model_dir: str) -> dict[str, tuple[list[str], str]]:
+    """name -> (the overrides of the tiny recipe, what the one line must say)."""
+    (tmp_path / "mine.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "2"}) + "\n")
+    return {
+        "no model": (["--model_name_or_path", ""], "No model given: pass --model_name_or_path"),
+        "missing model": (["--model_name_or_path", str(tmp_path / "nope")], "No such model directory"),
+        "missing data file": (["--dataset_name", "data/typo.jsonl"], "No such data file: 'data/typo.jsonl'"),
+        "missing column": (["--dataset_name", str(tmp_path / "mine.jsonl")], "has no column 'problem'"),
+        "reward not importable": (["--reward_funcs", "no_such_module.fn"], "Could not import reward function"),
+        "unknown reward": (["--reward_funcs", "maths"], "Unknown reward function 'maths'"),
+        "missing checkpoint": (["--resume_from_checkpoint", str(tmp_path / "checkpoint-9")], "no such folder"),
+        "no checkpoint to resume": (["--resume_from_checkpoint", "true"], "found no complete checkpoint"),
+        "reward needs a column": (["--reward_funcs", "cwd_hint_rewards.needs_hint"], "needs the keyword `hint`"),
+    }
+
+
+@pytest.mark.parametrize("mistake", list(ordinary_mistakes(Path("."), ".")))
+def test_ordinary_mistakes_end_before_the_model_loads_in_one_line(
+    mistake, no_training, tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    from pacs.cli import main as cli_main
+
+    (tmp_path / "cwd_hint_rewards.py").write_text("def needs_hint(completions, hint, **kwargs):\n    return [0.0]\n")
+    monkeypatch.chdir(tmp_path)  # the reward module sits in the working directory, as a user's would
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    overrides, message = ordinary_mistakes(tmp_path, tiny_model_dir)[mistake]
+    argv = ["train", "--config", "tiny_cpu", "--model_name_or_path", tiny_model_dir, "--output_dir", "run"]
+    assert cli_main([*argv, *overrides]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pacs train: error: ") and "\n" not in err and message in err, err
+    assert no_training == []  # nothing trained, nothing launched
+    # the same mistake with a launch config is answered before accelerate launches
+    if mistake not in ("missing column", "reward needs a column"):  # (reading the data is left to the ranks)
+        assert cli_main([*argv, *overrides, "--accelerate_config", "ddp", "--num_processes", "2"]) == 2
+        assert message in capsys.readouterr().err and no_training == []
+
+
+def test_reward_modules_import_from_the_working_directory(no_training, tiny_model_dir, tmp_path, monkeypatch):
+    from pacs.cli import main as cli_main
+
+    (tmp_path / "wd_rewards.py").write_text("def mine(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])  # as under the `pacs` script
+    argv = [
+        "train",
+        "--config",
+        "tiny_cpu",
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--reward_funcs",
+        "wd_rewards.mine",
+    ]
+    assert cli_main(argv) == 0
+    ((script_args, _, _, _, _, reward_funcs),) = no_training
+    assert [f.__name__ for f in reward_funcs] == ["mine"] and script_args.reward_funcs == ["wd_rewards.mine"]
+
+
+def test_a_zero_recipe_without_deepspeed_names_the_extra(tiny_model_dir):
+    # DeepSpeed made unimportable in a fresh interpreter: the launch is refused before accelerate starts
+    code = (
+        "import sys; sys.modules['deepspeed'] = None\n"
+        "from pacs.cli import main\n"
+        f"sys.exit(main(['train', '--config', 'tiny_cpu', '--model_name_or_path', {tiny_model_dir!r}, "
+        "'--accelerate_config', 'zero3', '--num_processes', '2']))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("pacs train: error: ") and "pip install 'trl-pacs[deepspeed]'" in last
+    assert "accelerate launch" not in result.stderr  # refused before the launch, which logs its command
+
+
 def test_script_requires_a_model_and_an_eval_benchmark(train_qwen, tiny_model_dir):
     script_args, args, model_args = parse_recipe(train_qwen, TINY_RECIPE)
     with pytest.raises(ValueError, match="--model_name_or_path"):
