@@ -154,6 +154,17 @@ def test_logged_metrics_say_how_steps_are_combined_between_logs():
     assert "not a pool of their pairs" in section and "whatever its class weight" in section
 
 
+def test_recipes_page_says_grpo_checkpoints_carry_the_marker_and_the_rollout():
+    # HardenedGRPOTrainer writes both (tests/test_checkpoints.py); the page once said the GRPO baseline had neither
+    page = " ".join((DOCS / "recipes.md").read_text().split())
+    assert "carry no completion marker" not in page
+    assert "The GRPO baseline (`pacs train --algorithm grpo`, `pacs.grpo.HardenedGRPOTrainer`) has all of this" in page
+    assert "its checkpoints carry the completion marker" in page and "the saved rollout (`pacs_rollout/`)" in page
+    from pacs.grpo.checkpoints import COMPLETE_MARKER, ROLLOUT_DIR
+
+    assert (COMPLETE_MARKER, ROLLOUT_DIR) == ("pacs_checkpoint_complete.json", "pacs_rollout")
+
+
 def test_links_between_pages_resolve():
     for page in PAGES:
         for target in re.findall(r"\]\(\s*([\w.-]+\.md)(?:#[\w-]*)?\)", page.read_text()):
