@@ -5,6 +5,7 @@ shapes it uses are exact; offline and deterministic; recipes by name with the ac
 runs the same checks before any model loads."""
 
 import dataclasses
+import logging
 import re
 import shlex
 from pathlib import Path
@@ -119,6 +120,26 @@ def test_parameters_counted_on_the_meta_device_are_the_real_models(tiny_model_di
         counted.lm_head,
         counted.layer,
     )
+
+
+def test_parameters_are_counted_on_the_meta_device_in_a_zero3_process(tiny_model_dir, caplog):
+    # a ZeRO-3 rank of `pacs train` holds a live HfDeepSpeedConfig when the planner runs: transformers then wraps
+    # from_config in deepspeed.zero.Init, which cannot handle meta tensors, and the count fell back to the formula
+    pytest.importorskip("deepspeed")
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
+
+    plain = pacs_plan.count_parameters(tiny_model_dir)
+    zero3 = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        assert is_deepspeed_zero3_enabled()
+        with caplog.at_level(logging.INFO, logger="pacs.plan.shape"):
+            counted = pacs_plan.count_parameters(tiny_model_dir)
+        assert is_deepspeed_zero3_enabled()  # left as it was
+    finally:
+        unset_hf_deepspeed_config()
+        del zero3
+    assert "come from the formula" not in caplog.text and counted == plain is not None
 
 
 def fake_hub_cache(root: Path, repo_id: str, config_file: Path) -> Path:
