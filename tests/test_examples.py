@@ -202,9 +202,12 @@ def test_lora_recipe(train_qwen):
 def test_world_size_mismatch_is_refused_with_the_rescaling(train_qwen):
     script_args, args, model_args = parse_recipe(train_qwen, RECIPES / "qwen3_4b_pacs.yaml")
     assert args.world_size == 1 and script_args.expected_world_size == 8
-    # 8192 completions per generation and 2048 per optimizer step on 1 process
-    with pytest.raises(ValueError, match=r"--gradient_accumulation_steps 256 --steps_per_generation 1024 "):
+    # 8192 completions per generation and 2048 per optimizer step on 1 process: more than vLLM runs at once, so the
+    # rescaling is named as refused by the plan (max_num_seqs), the smaller batch as the way out
+    with pytest.raises(ValueError, match=r"--gradient_accumulation_steps 256 --steps_per_generation 1024 ") as error:
         check_training_plan(script_args, args, model_args)
+    assert "fails this plan's max_num_seqs check" in str(error.value)
+    assert "or accept the smaller batch: --expected_world_size 1" in str(error.value)
 
 
 def test_recipes_and_accelerate_configs_by_name_or_path(train_qwen, tmp_path, monkeypatch):

@@ -46,14 +46,15 @@ from pathlib import Path
 from trl import GRPOConfig, ModelConfig, get_peft_config
 
 from pacs import PACSTrainer
-from pacs.data import check_dataset_name, drop_long_prompts, load_benchmark, load_train_dataset
+from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
 from pacs.grpo import HardenedGRPOTrainer
-from pacs.grpo.checkpoints import resolve_resume_checkpoint, train_unless_finished
-from pacs.grpo.checks import check_model_path, check_trainer_datasets
+from pacs.grpo.checkpoints import train_unless_finished
+from pacs.grpo.checks import check_trainer_datasets
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_parser: `pacs.train`'s public names)
     Recipe,
     ScriptArguments,
+    check_inputs,
     make_parser,
     read_recipe,
 )
@@ -88,21 +89,6 @@ def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
             script_args.eval_benchmark, limit=script_args.eval_limit, system_prompt=script_args.system_prompt or None
         )
     return train_dataset, eval_dataset
-
-
-def check_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
-    """What the user named, checked in moments and before anything loads (in the process that launches accelerate
-    too, so that a mistake ends there with one line, not on every rank): a model, the data file, the reward functions,
-    the checkpoint to resume from. Raises `ValueError` or `FileNotFoundError` naming the fix."""
-    if not model_args.model_name_or_path:
-        raise ValueError(
-            "No model given: pass --model_name_or_path <hub id or local directory> (or set model_name_or_path in the "
-            "recipe)."
-        )
-    check_model_path(model_args.model_name_or_path)
-    check_dataset_name(script_args.dataset_name)
-    get_reward_funcs(script_args.reward_funcs)
-    resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, verbose=False)
 
 
 def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig):

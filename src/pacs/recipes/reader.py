@@ -319,6 +319,31 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
     return recipe
 
 
+def check_inputs(
+    script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, checkpoint: bool = True
+) -> None:
+    """What the user named, checked in moments and before anything loads (by `pacs train`, in the process that
+    launches accelerate too, so that a mistake ends there with one line, not on every rank; and by `pacs plan`, which
+    refuses what `pacs train` refuses): a model, the data file, the reward functions, the checkpoint to resume from.
+    `checkpoint=False` leaves the checkpoint out (`pacs plan`: a plan of a resumed launch may run before, or away
+    from, the run's output folder). Raises `ValueError` or `FileNotFoundError` naming the fix."""
+    from ..data import check_dataset_name
+    from ..grpo.checkpoints import resolve_resume_checkpoint
+    from ..grpo.checks import check_model_path
+    from ..rewards import get_reward_funcs
+
+    if not model_args.model_name_or_path:
+        raise ValueError(
+            "No model given: pass --model_name_or_path <hub id or local directory> (or set model_name_or_path in the "
+            "recipe)."
+        )
+    check_model_path(model_args.model_name_or_path)
+    check_dataset_name(script_args.dataset_name)
+    get_reward_funcs(script_args.reward_funcs)
+    if checkpoint:
+        resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, verbose=False)
+
+
 def _subtract_subsequence(items: list[str], subsequence: list[str]) -> list[str]:
     """`items` without the ordered `subsequence` (TRL's `trl/cli/commands/training.py` does the same)."""
     rest, it = [], iter(subsequence)
