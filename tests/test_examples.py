@@ -338,6 +338,15 @@ def test_ordinary_mistakes_end_before_the_model_loads_in_one_line(
         assert message in capsys.readouterr().err and no_training == []
 
 
+def test_python_m_pacs_train_answers_a_mistake_in_one_line_too(train_qwen, tmp_path, capsys):
+    # what every rank of a launch runs: the same message and exit 2, no traceback on each rank
+    with pytest.raises(SystemExit) as exit_info:
+        train_qwen.run_in_process(["--config", "tiny_cpu", "--model_name_or_path", str(tmp_path / "nope")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m pacs.train: error: No such model directory") and "\n" not in err
+
+
 def test_reward_modules_import_from_the_working_directory(no_training, tiny_model_dir, tmp_path, monkeypatch):
     from pacs.cli import main as cli_main
 
