@@ -301,9 +301,8 @@ def no_training(train_qwen, monkeypatch):
     return calls
 
 
-def ordinary_mistakes(tmp_path: Path, model_dir: str) -> dict[str, tuple[list[str], str]]:
+def ordinary_mistakes(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     """name -> (the overrides of the tiny recipe, what the one line must say)."""
-    (tmp_path / "mine.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "2"}) + "\n")
     return {
         "no model": (["--model_name_or_path", ""], "No model given: pass --model_name_or_path"),
         "missing model": (["--model_name_or_path", str(tmp_path / "nope")], "No such model directory"),
@@ -317,7 +316,7 @@ def ordinary_mistakes(tmp_path: Path, model_dir: str) -> dict[str, tuple[list[st
     }
 
 
-@pytest.mark.parametrize("mistake", list(ordinary_mistakes(Path("."), ".")))
+@pytest.mark.parametrize("mistake", list(ordinary_mistakes(Path("unused"))))  # (the names only: nothing written)
 def test_ordinary_mistakes_end_before_the_model_loads_in_one_line(
     mistake, no_training, tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
@@ -326,7 +325,8 @@ def test_ordinary_mistakes_end_before_the_model_loads_in_one_line(
     (tmp_path / "cwd_hint_rewards.py").write_text("def needs_hint(completions, hint, **kwargs):\n    return [0.0]\n")
     monkeypatch.chdir(tmp_path)  # the reward module sits in the working directory, as a user's would
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
-    overrides, message = ordinary_mistakes(tmp_path, tiny_model_dir)[mistake]
+    (tmp_path / "mine.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "2"}) + "\n")
+    overrides, message = ordinary_mistakes(tmp_path)[mistake]
     argv = ["train", "--config", "tiny_cpu", "--model_name_or_path", tiny_model_dir, "--output_dir", "run"]
     assert cli_main([*argv, *overrides]) == 2
     err = capsys.readouterr().err.strip()
