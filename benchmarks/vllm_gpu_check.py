@@ -7,7 +7,7 @@ gap and PACS's importance-sampling ratio read from the logs. No hub access: a ra
 
 What it is for: the vLLM tier (`make test-vllm`, tests/vllm/test_benchmarks_vllm.py) runs `--smoke` to show that the
 colocate path starts, trains, pushes weights and reports, for both trainers, on vLLM's CPU build
-(`.venv-vllm/bin/python benchmarks/vllm_gpu_check.py --smoke`; on a GPU `pip install "pacs[vllm]"`).
+(`.venv-vllm/bin/python benchmarks/vllm_gpu_check.py --smoke`; on a GPU `pip install "trl-pacs[vllm]"`).
 
 What it measures: per run, the median optimizer step, the mean vLLM generation call (after the first) and weight push,
 peak memory (`torch.cuda.max_memory_allocated` on GPU, vLLM's KV cache included; peak RSS on CPU), TRL's

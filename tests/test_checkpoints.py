@@ -331,6 +331,17 @@ def test_pacs_train_on_a_finished_grpo_baseline_run_changes_nothing(tiny_model_d
     assert _files(out) == before
 
 
+def test_grpo_baseline_checkpoints_carry_the_marker_and_the_rollout(tiny_model_dir, tmp_path):
+    # docs/recipes.md: `pacs train --algorithm grpo` checkpoints as PACS does; step 1 of 2 per generation is mid-batch
+    from pacs import train
+
+    out = tmp_path / "run"
+    argv = ["--config", "tiny_cpu", "--algorithm", "grpo", "--model_name_or_path", tiny_model_dir]
+    argv += ["--output_dir", str(out), "--max_steps", "1", "--save_strategy", "steps", "--save_steps", "1"]
+    train.main(*train.parse_args([*argv, "--eval_strategy", "no", "--report_to", "none"]))
+    assert (out / "checkpoint-1" / COMPLETE_MARKER).is_file() and (out / "checkpoint-1" / ROLLOUT_DIR).is_dir()
+
+
 def test_rotation_keeps_the_newest_complete_checkpoint(tiny_model_dir, tmp_path):
     out = tmp_path / "out"
     dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(32)]})

@@ -4,6 +4,7 @@ reference anchor against an independent computation, the rollout anchor's 0.5, t
 
 import importlib.util
 import itertools
+import math
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ import torch
 from torch.nn.utils import vector_to_parameters
 from transformers import AutoModelForCausalLM
 
-from pacs.critic import CriticTally, first_step_of_generation, ranking_sums
-from pacs.loss import compute_score
+from pacs.critic import CriticTally, critic_metrics, first_step_of_generation, ranking_sums
+from pacs.loss import compute_score, pacs_loss
 
 
 def _test_reference():
@@ -79,6 +80,33 @@ def test_soft_labels_split_at_one_half():
     probs = torch.sigmoid(torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64))
     expected = ((probs - torch.tensor([0.7, 0.5, 0.49], dtype=torch.float64)) ** 2).sum().item()
     assert float(s["brier_sum"]) == pytest.approx(expected)
+
+
+def test_a_non_finite_psi_is_left_out():
+    # one NaN and one inf in the first group: their pairs are not counted (a NaN compared as discordant before)
+    psi = torch.tensor([float("nan"), 1.0, -1.0, float("inf"), 0.5, -0.5])
+    labels = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    s = ranking_sums(psi, labels, torch.ones(6, dtype=torch.bool), 3)
+    assert (float(s["concordant"]), float(s["pairs"])) == (2.0, 2.0)  # (1, 2) and (4, 5)
+    assert float(s["mixed_rows"]) == 4 and torch.isfinite(s["brier_sum"])
+    metrics = critic_metrics(psi, labels, torch.ones(6), torch.zeros(6), 3)
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+    assert metrics["pacs/psi_mean"] == 0.0 and metrics["pacs/psi_std"] == pytest.approx(0.625**0.5)  # the 4 finite
+
+
+@pytest.mark.parametrize("class_weight", ["positive_only", "negative_only", "balanced", None])
+def test_pairs_are_counted_whatever_the_class_weight(class_weight):
+    # the loss weighs one class 0 under positive_only / negative_only; the critic still ranks every pair of samples
+    psi_logps = torch.tensor([[0.3], [0.1], [-0.2], [0.4], [0.0], [-0.1], [0.2], [0.5]])
+    labels = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    sample_weight = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0])  # the last one could not be scored
+    _, stats = pacs_loss(psi_logps, torch.zeros_like(psi_logps), torch.ones(8, 1), labels, 4,
+                         class_weight=class_weight, sample_weight=sample_weight)  # fmt: skip
+    assert stats["counted"].tolist() == [True] * 7 + [False]
+    s = ranking_sums(stats["psi"], labels, stats["counted"], 4)
+    assert float(s["pairs"]) == 4 + 2  # group 2 without its unscored row
+    if class_weight in ("positive_only", "negative_only"):
+        assert (stats["weights"][:7] == 0).sum() >= 3  # what the metrics used to select the rows by
 
 
 def test_tally_pools_pairs_not_ratios():
@@ -171,3 +199,16 @@ def test_split_path_logs_the_whole_groups_ranking(tiny_model_dir, tmp_path, batc
         assert [x is None for x in a] == [x is None for x in b], key
         assert [x for x in a if x is not None] == pytest.approx([x for x in b if x is not None], abs=1e-5), key
     assert any("pacs/critic_ranking" in e for e in split)
+
+
+@pytest.mark.parametrize("class_weight", ["positive_only", "negative_only"])
+def test_one_class_weights_still_log_the_ranking(tiny_model_dir, tmp_path, class_weight):
+    # whole groups and the split path: a class of weight 0 in the loss is still ranked by the critic's metrics
+    make_trainer = ref.make_trainer
+    common = dict(max_steps=4, pacs_reference_reset_generations=0, pacs_class_weight=class_weight)
+    whole = _logs(make_trainer(tiny_model_dir, tmp_path, "whole", **common))
+    split = _logs(make_trainer(tiny_model_dir, tmp_path, "split", per_device_train_batch_size=2,
+                               gradient_accumulation_steps=2, steps_per_generation=4, **common))  # fmt: skip
+    for logs in (whole, split):
+        assert any("pacs/critic_ranking" in e for e in logs) and any("pacs/critic_brier_mixed" in e for e in logs)
+        assert all(0.0 < e["pacs/label_mean"] < 1.0 for e in logs if "pacs/critic_ranking" in e)

@@ -142,6 +142,29 @@ def test_pacs_trainer_page_documents_every_field_and_metric():
     assert not missing, f"undocumented metrics: {missing}"
 
 
+def test_logged_metrics_say_how_steps_are_combined_between_logs():
+    # TRL logs the mean of the values appended since the last log: with logging_steps > 1 a ratio such as the
+    # critic's ranking is a mean of per-step ratios, not a pool of pairs
+    page = " ".join((DOCS / "pacs_trainer.md").read_text().split())
+    section = page[page.index("## Logged metrics") :]
+    assert (
+        "With `logging_steps > 1`, each logged value is TRL's mean of the values of the steps since the last log"
+        in (section)
+    )
+    assert "not a pool of their pairs" in section and "whatever its class weight" in section
+
+
+def test_recipes_page_says_grpo_checkpoints_carry_the_marker_and_the_rollout():
+    # HardenedGRPOTrainer writes both (tests/test_checkpoints.py); the page once said the GRPO baseline had neither
+    page = " ".join((DOCS / "recipes.md").read_text().split())
+    assert "carry no completion marker" not in page
+    assert "The GRPO baseline (`pacs train --algorithm grpo`, `pacs.grpo.HardenedGRPOTrainer`) has all of this" in page
+    assert "its checkpoints carry the completion marker" in page and "the saved rollout (`pacs_rollout/`)" in page
+    from pacs.grpo.checkpoints import COMPLETE_MARKER, ROLLOUT_DIR
+
+    assert (COMPLETE_MARKER, ROLLOUT_DIR) == ("pacs_checkpoint_complete.json", "pacs_rollout")
+
+
 def test_links_between_pages_resolve():
     for page in PAGES:
         for target in re.findall(r"\]\(\s*([\w.-]+\.md)(?:#[\w-]*)?\)", page.read_text()):

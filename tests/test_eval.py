@@ -242,6 +242,16 @@ def test_pacs_eval_names_the_closest_option(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["eval", "--config", str(config)])
     assert "--temprature in the --config file (did you mean --temperature" in capsys.readouterr().err
+    # an option that negates a field is no key of a --config file: the field's name and value, never the option
+    config.write_text("model: m\noutput_dir: o\nno_progress: true\nno_system_prompt: true\nprogres: false\n")
+    with pytest.raises(SystemExit):
+        cli.main(["eval", "--config", str(config)])
+    err = capsys.readouterr().err
+    assert "--no_progress in the --config file (write `progress: false` there)" in err
+    assert "--no_system_prompt in the --config file (write `system_prompt: ''` there)" in err
+    assert (
+        "did you mean --no_progress" not in err and "--progres in the --config file (did you mean --progress?)" in err
+    )
 
 
 def test_no_system_prompt_sends_the_user_turn_alone():

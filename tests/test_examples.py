@@ -202,9 +202,12 @@ def test_lora_recipe(train_qwen):
 def test_world_size_mismatch_is_refused_with_the_rescaling(train_qwen):
     script_args, args, model_args = parse_recipe(train_qwen, RECIPES / "qwen3_4b_pacs.yaml")
     assert args.world_size == 1 and script_args.expected_world_size == 8
-    # 8192 completions per generation and 2048 per optimizer step on 1 process
-    with pytest.raises(ValueError, match=r"--gradient_accumulation_steps 256 --steps_per_generation 1024 "):
+    # 8192 completions per generation and 2048 per optimizer step on 1 process: more than vLLM runs at once, so the
+    # rescaling is named as refused by the plan (max_num_seqs), the smaller batch as the way out
+    with pytest.raises(ValueError, match=r"--gradient_accumulation_steps 256 --steps_per_generation 1024 ") as error:
         check_training_plan(script_args, args, model_args)
+    assert "fails this plan's max_num_seqs check" in str(error.value)
+    assert "or accept the smaller batch: --expected_world_size 1" in str(error.value)
 
 
 def test_recipes_and_accelerate_configs_by_name_or_path(train_qwen, tmp_path, monkeypatch):
@@ -245,6 +248,138 @@ def test_unknown_keys_name_the_closest_valid_ones(train_qwen, tmp_path):
 
     assert cli_main(["train", "--config", str(recipe)]) == 2
     assert cli_main(["train", "--config", "qwen3_4b_pac"]) == 2
+
+
+def test_a_mistyped_key_is_named_before_any_value_is_checked(tmp_path, capsys):
+    from pacs.cli import main as cli_main
+
+    # the 4B recipe is bf16: on a host without a GPU, building its config fails (transformers' bf16 error) unless
+    # use_cpu is set; a typo must be named first, on the command line and in the recipe alike
+    assert cli_main(["train", "--config", "qwen3_4b_pacs", "--learnig_rate", "1e-4"]) == 2
+    err = capsys.readouterr().err
+    assert "learnig_rate (on the command line): did you mean learning_rate?" in err and "bf16" not in err
+    recipe = tmp_path / "typo.yaml"
+    recipe.write_text((RECIPES / "qwen3_4b_pacs.yaml").read_text() + "usecpu: true\n")
+    assert cli_main(["train", "--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert "usecpu (in the recipe): did you mean use_cpu" in err and "bf16" not in err
+
+
+def test_a_value_error_is_one_line_and_help_opens_with_the_recipe_usage(capsys):
+    from pacs.cli import main as cli_main
+
+    assert cli_main(["train", "--config", "tiny_cpu", "--num_generations", "four"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--num_generations" in err and "invalid int value: 'four'" in err
+    assert cli_main(["train", "--config", "tiny_cpu", "--algorithm", "ppo"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(SystemExit):
+        cli_main(["train", "--help"])
+    head = " ".join(capsys.readouterr().out[:1000].split())
+    assert head.startswith("usage: pacs train --config RECIPE") and "`pacs recipes`" in head
+    assert "--config qwen3_4b_pacs" in head and "pacs plan --config" in head
+
+
+def test_help_lists_every_built_in_reward(capsys):
+    from pacs.cli import main as cli_main
+    from pacs.rewards import REWARD_FUNCS
+
+    with pytest.raises(SystemExit):
+        cli_main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    reward_help = help_text[help_text.index("--reward_funcs REWARD_FUNCS") :][:400]
+    assert "boxed_math" in REWARD_FUNCS
+    assert all(f"`{name}`" in reward_help for name in REWARD_FUNCS), reward_help
+
+
+@pytest.fixture
+def no_training(train_qwen, monkeypatch):
+    """`pacs train` in this process, with `train` (the trainer, which loads the model) replaced by a recorder."""
+    calls = []
+    monkeypatch.setattr(train_qwen, "train", lambda *args: calls.append(args))
+    monkeypatch.setattr(train_qwen, "launch", lambda recipe: calls.append(recipe))
+    return calls
+
+
+def ordinary_mistakes(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (the overrides of the tiny recipe, what the one line must say)."""
+    return {
+        "no model": (["--model_name_or_path", ""], "No model given: pass --model_name_or_path"),
+        "missing model": (["--model_name_or_path", str(tmp_path / "nope")], "No such model directory"),
+        "missing data file": (["--dataset_name", "data/typo.jsonl"], "No such data file: 'data/typo.jsonl'"),
+        "missing column": (["--dataset_name", str(tmp_path / "mine.jsonl")], "has no column 'problem'"),
+        "reward not importable": (["--reward_funcs", "no_such_module.fn"], "Could not import reward function"),
+        "unknown reward": (["--reward_funcs", "maths"], "Unknown reward function 'maths'"),
+        "missing checkpoint": (["--resume_from_checkpoint", str(tmp_path / "checkpoint-9")], "no such folder"),
+        "no checkpoint to resume": (["--resume_from_checkpoint", "true"], "found no complete checkpoint"),
+        "reward needs a column": (["--reward_funcs", "cwd_hint_rewards.needs_hint"], "needs the keyword `hint`"),
+    }
+
+
+@pytest.mark.parametrize("mistake", list(ordinary_mistakes(Path("unused"))))  # (the names only: nothing written)
+def test_ordinary_mistakes_end_before_the_model_loads_in_one_line(
+    mistake, no_training, tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    from pacs.cli import main as cli_main
+
+    (tmp_path / "cwd_hint_rewards.py").write_text("def needs_hint(completions, hint, **kwargs):\n    return [0.0]\n")
+    monkeypatch.chdir(tmp_path)  # the reward module sits in the working directory, as a user's would
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    (tmp_path / "mine.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "2"}) + "\n")
+    overrides, message = ordinary_mistakes(tmp_path)[mistake]
+    argv = ["train", "--config", "tiny_cpu", "--model_name_or_path", tiny_model_dir, "--output_dir", "run"]
+    assert cli_main([*argv, *overrides]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pacs train: error: ") and "\n" not in err and message in err, err
+    assert no_training == []  # nothing trained, nothing launched
+    # the same mistake with a launch config is answered before accelerate launches
+    if mistake not in ("missing column", "reward needs a column"):  # (reading the data is left to the ranks)
+        assert cli_main([*argv, *overrides, "--accelerate_config", "ddp", "--num_processes", "2"]) == 2
+        assert message in capsys.readouterr().err and no_training == []
+
+
+def test_python_m_pacs_train_answers_a_mistake_in_one_line_too(train_qwen, tmp_path, capsys):
+    # what every rank of a launch runs: the same message and exit 2, no traceback on each rank
+    with pytest.raises(SystemExit) as exit_info:
+        train_qwen.run_in_process(["--config", "tiny_cpu", "--model_name_or_path", str(tmp_path / "nope")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m pacs.train: error: No such model directory") and "\n" not in err
+
+
+def test_reward_modules_import_from_the_working_directory(no_training, tiny_model_dir, tmp_path, monkeypatch):
+    from pacs.cli import main as cli_main
+
+    (tmp_path / "wd_rewards.py").write_text("def mine(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])  # as under the `pacs` script
+    argv = [
+        "train",
+        "--config",
+        "tiny_cpu",
+        "--model_name_or_path",
+        tiny_model_dir,
+        "--reward_funcs",
+        "wd_rewards.mine",
+    ]
+    assert cli_main(argv) == 0
+    ((script_args, _, _, _, _, reward_funcs),) = no_training
+    assert [f.__name__ for f in reward_funcs] == ["mine"] and script_args.reward_funcs == ["wd_rewards.mine"]
+
+
+def test_a_zero_recipe_without_deepspeed_names_the_extra(tiny_model_dir):
+    # DeepSpeed made unimportable in a fresh interpreter: the launch is refused before accelerate starts
+    code = (
+        "import sys; sys.modules['deepspeed'] = None\n"
+        "from pacs.cli import main\n"
+        f"sys.exit(main(['train', '--config', 'tiny_cpu', '--model_name_or_path', {tiny_model_dir!r}, "
+        "'--accelerate_config', 'zero3', '--num_processes', '2']))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("pacs train: error: ") and "pip install 'trl-pacs[deepspeed]'" in last
+    assert "accelerate launch" not in result.stderr  # refused before the launch, which logs its command
 
 
 def test_script_requires_a_model_and_an_eval_benchmark(train_qwen, tiny_model_dir):

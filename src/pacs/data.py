@@ -181,7 +181,7 @@ def _to_pacs_format(
         if column not in dataset.column_names:
             raise ValueError(
                 f"{source} has no column {column!r} (its columns are {dataset.column_names}); "
-                f"pass {flag}=... (--{flag.replace('_', '-')} on the command line) to name the right one."
+                f"pass {flag}=... (`pacs train --{flag}`, `pacs eval --{flag.replace('_', '-')}`) to name the right one."
             )
     if limit is not None and limit < len(dataset):
         logger.info("%s: kept the first %d of %d problems (limit=%d)", source, limit, len(dataset), limit)
@@ -300,6 +300,29 @@ def load_train_dataset(
     )
 
 
+DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def check_dataset_name(name: str) -> None:
+    """Fail with one line when `name` is meant as a local file (a data file's suffix, or a path: `./`, `/`, `~`,
+    more than one `/`) that does not exist, instead of a hub lookup's error; anything else passes (a bundled set, a
+    hub id), unchecked.
+
+    >>> check_dataset_name("math_train"); check_dataset_name("agentica-org/DeepScaleR-Preview-Dataset")
+    >>> check_dataset_name("data/typo.jsonl")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: No such data file: 'data/typo.jsonl'. Pass an existing .jsonl, .json or .parquet file, a bundled set (math_train, ...) or a hub dataset id (owner/name).
+    """
+    name = str(name)
+    looks_local = name.lower().endswith(DATA_FILE_SUFFIXES) or name.startswith((".", "/", "~")) or name.count("/") > 1
+    if looks_local and not os.path.exists(os.path.expanduser(name)):
+        raise FileNotFoundError(
+            f"No such data file: {name!r}. Pass an existing .jsonl, .json or .parquet file, a bundled set "
+            "(math_train, ...) or a hub dataset id (owner/name)."
+        )
+
+
 def _load_raw_train_dataset(name: str, split: str) -> tuple[Dataset, str]:
     """The rows of `load_train_dataset`'s `name_or_path` as stored (bundled, local file or hub), and their source."""
     from datasets import Dataset
@@ -318,6 +341,7 @@ def _load_raw_train_dataset(name: str, split: str) -> tuple[Dataset, str]:
         )
         source = name
     else:
+        check_dataset_name(name)
         hub_id = TRAIN_DATASETS.get(key, {}).get("hub", name)
         if "/" not in hub_id:
             raise ValueError(

@@ -237,7 +237,7 @@ def _group_weights(labels, num_generations, score, class_weight, sample_weight, 
         if score != "naive":  # a group needs two real samples to compare them
             v = v * (v.view(-1, num_generations).sum(-1, keepdim=True) >= 2).expand(-1, num_generations).reshape(-1)
         keep = keep * v
-    return compute_class_weights(labels, num_generations, class_weight, keep)
+    return compute_class_weights(labels, num_generations, class_weight, keep), keep
 
 
 def _loss_terms(rewards, labels, num_generations, score, class_weight, sample_weight, valid):
@@ -250,7 +250,7 @@ def _loss_terms(rewards, labels, num_generations, score, class_weight, sample_we
     _check_choice("class_weight", class_weight, CLASS_WEIGHTS)
     psi = compute_score(rewards, num_generations, score, valid)  # (B,)
     labels = labels.to(psi.dtype)
-    pos, neg = _group_weights(labels, num_generations, score, class_weight, sample_weight, valid)  # (B,), (B,)
+    (pos, neg), keep = _group_weights(labels, num_generations, score, class_weight, sample_weight, valid)  # (B,)
     pos, neg = pos.to(psi.dtype), neg.to(psi.dtype)
     # -[w+ R log sigma(psi) + w- (1 - R) log sigma(-psi)], with log sigma(x) = -softplus(-x)
     per_sample = pos * labels * F.softplus(-psi) + neg * (1 - labels) * F.softplus(psi)  # (B,)
@@ -259,6 +259,7 @@ def _loss_terms(rewards, labels, num_generations, score, class_weight, sample_we
         "rewards": rewards.detach(),
         "psi": psi.detach(),
         "weights": (labels * pos + (1 - labels) * neg).detach(),
+        "counted": keep.detach() > 0,  # the samples, whatever their class weight (the critic's metrics)
         "probs": torch.sigmoid(psi.detach()),
         "per_sample_loss": F.binary_cross_entropy_with_logits(psi.detach(), labels, reduction="none"),
     }
@@ -409,8 +410,9 @@ def pacs_loss(
 
     Returns:
         `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the 0-dim loss, and detached statistics for logging:
-        `rewards` `(B,)`, `psi` `(B,)`, `weights` `(B,)` $= R w^+ + (1-R) w^-$, `probs` `(B,)` $= \sigma(\psi)$ and
-        `per_sample_loss` `(B,)` (unweighted BCE).
+        `rewards` `(B,)`, `psi` `(B,)`, `weights` `(B,)` $= R w^+ + (1-R) w^-$, `counted` `(B,)` (bool: the samples
+        that take part, whatever their class weight: sample weight > 0, in a group with two of them), `probs` `(B,)`
+        $= \sigma(\psi)$ and `per_sample_loss` `(B,)` (unweighted BCE).
 
     Example:
 

@@ -37,9 +37,11 @@ folder (docs/recipes.md, "Resuming after a crash"). Models load by hub id or loc
 hub unless `--trust_remote_code true`.
 """
 
+import importlib.util
 import logging
 import os
 import sys
+from pathlib import Path
 
 from trl import GRPOConfig, ModelConfig, get_peft_config
 
@@ -47,12 +49,13 @@ from pacs import PACSTrainer
 from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
 from pacs.grpo import HardenedGRPOTrainer
 from pacs.grpo.checkpoints import run_identity, train_unless_finished
-from pacs.grpo.checks import check_model_path
-from pacs.grpo.resume import ResumeRefused, remove_checkpoints, restart_count, resume_checkpoint
+from pacs.grpo.checks import check_trainer_datasets
+from pacs.grpo.resume import remove_checkpoints, restart_count, resume_checkpoint
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_parser: `pacs.train`'s public names)
     Recipe,
     ScriptArguments,
+    check_inputs,
     launch_setting,
     make_parser,
     read_recipe,
@@ -90,11 +93,11 @@ def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
     return train_dataset, eval_dataset
 
 
-def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
-    """Train in this process: the checks, the data and rewards, the trainer, `train()`, the saved model."""
-    if model_args.model_name_or_path is None:
-        raise ValueError("No model given: pass --model_name_or_path <hub id or local directory>.")
-    check_model_path(model_args.model_name_or_path)
+def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig):
+    """Everything before the model loads, where every ordinary mistake is a `ValueError` (or `FileNotFoundError`) of
+    one message: the inputs, the plan, the data and rewards checked against each other. Returns the training set, the
+    evaluation set and the reward functions."""
+    check_inputs(script_args, training_args, model_args)
     # before any model loads: what `pacs plan` checks (batch, vLLM's limits, precision, memory) on this run's hardware
     try:
         check_training_plan(script_args, training_args, model_args)
@@ -123,8 +126,8 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
     training_args.model_init_kwargs = model_init_kwargs
 
     # 2. Data and rewards: the prompts are conversational and the gold answers sit in the `solution` column,
-    # which TRL hands to every reward function as a keyword argument. The trainer checks them against each other
-    # before the model loads (`pacs.grpo.checks`).
+    # which TRL hands to every reward function as a keyword argument; checked against each other here (the trainer
+    # checks them again, `pacs.grpo.checks`, for users who build it themselves).
     train_dataset, eval_dataset = load_datasets(script_args, training_args)
     reward_funcs = get_reward_funcs(script_args.reward_funcs)
     if script_args.max_prompt_tokens is not None:  # the paper filters overlong prompts before training
@@ -138,8 +141,19 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
         train_dataset = drop_long_prompts(
             train_dataset, tokenizer, script_args.max_prompt_tokens, training_args.chat_template_kwargs
         )
+    datasets = {"train_dataset": train_dataset, "eval_dataset": eval_dataset}
+    check_trainer_datasets({k: v for k, v in datasets.items() if v is not None}, reward_funcs, training_args)
+    return train_dataset, eval_dataset, reward_funcs
 
-    # 3. The trainer: PACS, or the GRPO baseline on identical arguments and the same hardened layer.
+
+def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
+    """Train in this process: the checks, the data and rewards (`prepare`), the trainer, `train()`, the saved model."""
+    train(script_args, training_args, model_args, *prepare(script_args, training_args, model_args))
+
+
+def train(script_args, training_args, model_args, train_dataset, eval_dataset, reward_funcs) -> None:
+    """The trainer (PACS, or the GRPO baseline on identical arguments and the same hardened layer) on what `prepare`
+    returned, `train()`, the saved model."""
     trainer_cls = TRAINERS[script_args.algorithm]
     trainer = trainer_cls(
         model=model_args.model_name_or_path,
@@ -209,21 +223,48 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, GRPOConf
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+USER_ERRORS = (ValueError, FileNotFoundError)
+"""What an ordinary mistake raises before the model loads (a recipe, key or value; a model, data file, column,
+reward or checkpoint that does not exist): `pacs train` prints its message, exit 2, no traceback."""
+
+
+def _error(prog: str, error: Exception) -> int:
+    print(f"{prog}: error: {error}", file=sys.stderr)
+    return 2
+
+
 def run_in_process(argv: list[str] | None = None) -> None:
     """`python -m pacs.train ...`: train in this process (what every rank of an accelerate launch runs)."""
-    recipe = read_recipe(argv, prog="python -m pacs.train")
-    if recipe.launch_args and "LOCAL_RANK" not in os.environ:
-        logger.warning(
-            "%s are options of `accelerate launch`: this process trains as launched and ignores them (use "
-            "`pacs train`, which launches accelerate, or pass them to `accelerate launch`).",
-            " ".join(recipe.launch_args),
-        )
+    prog = "python -m pacs.train"
     try:
-        main(recipe.script_args, recipe.training_args, recipe.model_args)
-    except ResumeRefused as error:  # one line, on the first process only, and no traceback: the message is the fix
-        if recipe.training_args.process_index == 0:
-            logger.error("pacs train: error: %s", error)
-        sys.exit(2)
+        recipe = read_recipe(argv, prog=prog)
+        if recipe.launch_args and "LOCAL_RANK" not in os.environ:
+            logger.warning(
+                "%s are options of `accelerate launch`: this process trains as launched and ignores them (use "
+                "`pacs train`, which launches accelerate, or pass them to `accelerate launch`).",
+                " ".join(recipe.launch_args),
+            )
+        inputs = prepare(recipe.script_args, recipe.training_args, recipe.model_args)
+    except USER_ERRORS as error:
+        sys.exit(_error(prog, error))
+    train(recipe.script_args, recipe.training_args, recipe.model_args, *inputs)
+
+
+def check_launch(recipe: Recipe) -> None:
+    """What the accelerate launch needs, before it starts: DeepSpeed, for a config that launches it."""
+    import yaml
+
+    if recipe.accelerate_config is None:
+        return
+    config = yaml.safe_load(Path(recipe.accelerate_config).read_text()) or {}
+    if config.get("distributed_type") != "DEEPSPEED" and not config.get("deepspeed_config"):
+        return
+    if importlib.util.find_spec("deepspeed") is None:
+        stage = (config.get("deepspeed_config") or {}).get("zero_stage", "?")
+        raise ValueError(
+            f"The launch config {recipe.accelerate_config} runs DeepSpeed ZeRO-{stage}, which is not installed: "
+            "pip install 'trl-pacs[deepspeed]' (or launch with --accelerate_config ddp, or none, on one GPU)."
+        )
 
 
 def launch(recipe: Recipe) -> None:
@@ -270,23 +311,30 @@ def _check_before_launch(recipe: Recipe) -> None:
 
 
 def run(args) -> int:
-    """`pacs train ...` (registered in `pacs.cli`): `args.overrides` is the whole command line after `train`."""
+    """`pacs train ...` (registered in `pacs.cli`): `args.overrides` is the whole command line after `train`.
+
+    Every ordinary mistake ends here, before the model loads or accelerate launches, with one message and exit 2
+    (`USER_ERRORS`). The working directory is importable, as under `python -m`, so that `--reward_funcs mymodule.fn`
+    finds `./mymodule.py`."""
     argv = list(getattr(args, "overrides", []))
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    # inside a launched process (`accelerate launch ... pacs train`), or nothing to launch: train here
     try:
         recipe = read_recipe(argv)
-    except (ValueError, FileNotFoundError) as error:  # a recipe or a key that does not exist: the message is the fix
-        print(f"pacs train: error: {error}", file=sys.stderr)
-        return 2
-    try:
-        # inside a launched process (`accelerate launch ... pacs train`), or nothing to launch: train here
-        if "LOCAL_RANK" in os.environ or (recipe.accelerate_config is None and not recipe.launch_args):
-            main(recipe.script_args, recipe.training_args, recipe.model_args)
-        else:
-            _check_before_launch(recipe)
-            launch(recipe)
-    except ResumeRefused as error:  # another run's checkpoint, a missing one, another world size: before any model
-        print(f"pacs train: error: {error}", file=sys.stderr)
-        return 2
+        in_process = "LOCAL_RANK" in os.environ or (recipe.accelerate_config is None and not recipe.launch_args)
+        if in_process:
+            inputs = prepare(recipe.script_args, recipe.training_args, recipe.model_args)
+        else:  # the ranks check again, with their own view of the run (world size, GPU memory)
+            check_inputs(recipe.script_args, recipe.training_args, recipe.model_args)
+            check_launch(recipe)
+            _check_before_launch(recipe)  # the resume decision (or its refusal), once, before anything starts
+    except USER_ERRORS as error:
+        return _error("pacs train", error)
+    if in_process:
+        train(recipe.script_args, recipe.training_args, recipe.model_args, *inputs)
+    else:
+        launch(recipe)
     return 0
 
 

@@ -223,7 +223,7 @@ class PACSTrainer(HardenedGRPOTrainer):
             sample_weight=self._sample_weight(inputs, mask, per_token_logps.dtype),
         )
         gather = self.accelerator.gather
-        gathered = {key: gather(stats[key]) for key in ("psi", "weights", "rewards")}
+        gathered = {key: gather(stats[key]) for key in ("psi", "counted", "rewards")}
         args = self.args  # this micro-batch's step: the first after a generation? (the split path's rule)
         fresh = first_step_of_generation(
             self._step, self.current_gradient_accumulation_steps, args.steps_per_generation, self.num_iterations
@@ -260,15 +260,17 @@ class PACSTrainer(HardenedGRPOTrainer):
 
     def _log_pacs_metrics(self, mode, loss, stats: dict, labels: torch.Tensor, fresh: bool, whole_step=False) -> None:
         """Log the PACS loss and `critic_metrics` of a micro-batch (`whole_step`: of an optimizer step); `stats`
-        (`psi`, `weights`, `rewards`) and `labels` are whole groups gathered over processes. The within-group ranking
+        (`psi`, `counted`, `rewards`) and `labels` are whole groups gathered over processes. The within-group ranking
         pools the step's micro-batches (`pacs.critic`); `fresh`: the step is a generation's first."""
         metrics = self._metrics[mode]
         metrics["pacs/loss"].append(float(loss))
+        # the samples whatever their class weight: with positive_only / negative_only, half of them weigh 0
+        counted = stats["counted"]
         for key, value in critic_metrics(
-            stats["psi"], labels, stats["weights"], stats["rewards"], self.num_generations
+            stats["psi"], labels, counted, stats["rewards"], self.num_generations
         ).items():
             metrics[key].append(value)
-        self._critic_tally.add(ranking_sums(stats["psi"], labels, stats["weights"] > 0, self.num_generations))
+        self._critic_tally.add(ranking_sums(stats["psi"], labels, counted, self.num_generations))
         if whole_step or self.accelerator.sync_gradients:  # the step's last micro-batch
             fresh = fresh and not self._pacs_anchor.at_policy  # psi == 0 there by construction: nothing to measure
             for key, value in self._critic_tally.flush(fresh).items():

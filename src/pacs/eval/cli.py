@@ -107,10 +107,19 @@ def make_parser():
 def _unknown_options(parser, config_extra: list[str], cli_extra: list[str]) -> str | None:
     """An error naming each unknown option (of the command line or the --config file) and the closest valid ones."""
     known = [s for action in parser._actions for s in action.option_strings]
+    # a --config file sets fields by name: `progress: false`, never `no_progress: true` (an option, not a key)
+    keys = [s for action in parser._actions for s in action.option_strings if s.lstrip("-") == action.dest]
     problems = []
     for where, extra in (("--config file", config_extra), ("command line", cli_extra)):
         for option in (a for a in extra if a.startswith("-")):
-            close = difflib.get_close_matches(option.split("=")[0], known, n=3, cutoff=0.6)
+            action = parser._option_string_actions.get(option.split("=")[0])
+            if where == "--config file" and action is not None and action.const is not None:
+                value = str(action.const).lower() if isinstance(action.const, bool) else repr(action.const)
+                problems.append(f"{option} in the {where} (write `{action.dest}: {value}` there)")
+                continue
+            close = difflib.get_close_matches(
+                option.split("=")[0], keys if where == "--config file" else known, n=3, cutoff=0.6
+            )
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
             problems.append(f"{option} in the {where}{hint}")
     if not problems and (config_extra or cli_extra):

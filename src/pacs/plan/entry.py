@@ -38,7 +38,7 @@ def plan_run(run: Run) -> Plan:
     plan = Plan()
     # 1. The run, and the world size its batch was written for
     run_section(plan, run)
-    world_size_check(plan, run)
+    world_size_check(plan, run, replan=plan_run)  # its suggested fixes re-planned before they are printed
     # 2. Batch arithmetic
     batch_section(plan, run)
     # 3. Training memory (needs the shape)
@@ -75,9 +75,11 @@ def plan_recipe(
     config's, else the recipe's `expected_world_size`, else 1. GPU memory: `gpu_memory_gb`, else the recipe's
     `expected_gpu_memory_gb`.
     """
-    from ..recipes.reader import read_recipe  # imports TRL: not at module level
+    from ..recipes.reader import check_inputs, read_recipe  # imports TRL: not at module level
 
     recipe = read_recipe(["--config", str(config), *overrides, "--use_cpu", "true"], prog="pacs plan")
+    # what `pacs train` refuses first (a model, the data file, the rewards), the checkpoint aside
+    check_inputs(recipe.script_args, recipe.training_args, recipe.model_args, checkpoint=False)
     launch = recipe_launch(recipe, accelerate_config, num_processes, num_machines, gpu_memory_gb)
     model_args = recipe.model_args
     shape = (

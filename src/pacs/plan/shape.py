@@ -254,9 +254,11 @@ def count_parameters(name_or_path: str, revision: str | None = None) -> ParamCou
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .._compat import without_zero3_init
+
     try:
         config = AutoConfig.from_pretrained(name_or_path, revision=revision, local_files_only=True)
-        with init_empty_weights():
+        with without_zero3_init(), init_empty_weights():  # zero.Init cannot partition meta tensors
             model = AutoModelForCausalLM.from_config(config)
         model.tie_weights()
     except Exception as error:  # not on disk, remote code, an architecture transformers does not know, ...

@@ -19,6 +19,7 @@ from trl import GRPOConfig, ModelConfig, TrlParser
 from ..config import PACSConfig
 from ..data import PROMPT_SUFFIX, SYSTEM_PROMPT
 from ..grpo.config import HardenedGRPOConfig
+from ..rewards import REWARD_FUNCS
 from . import resolve_accelerate_config, resolve_recipe
 
 
@@ -62,8 +63,9 @@ class ScriptArguments:
         answer_column (`str`, *optional*, defaults to `"answer"`):
             Column holding the gold final answer, for local files.
         reward_funcs (`list[str]`, *optional*, defaults to `["math"]`):
-            Reward functions, by name (`"math"`, `"format"`) or dotted import path. Loaded with
-            `pacs.rewards.get_reward_funcs`.
+            Reward functions, by name (`"math"`, `"boxed_math"`, `"format"`: `pacs.rewards.REWARD_FUNCS`) or dotted
+            import path (`mymodule.my_reward`; `pacs train` imports modules from the working directory, as `python -m`
+            does). Loaded with `pacs.rewards.get_reward_funcs`.
         eval_benchmark (`str`, *optional*):
             Bundled benchmark (`"math500"`, `"aime24"`, `"aime25"`, `"amc23"`) evaluated every `eval_steps` when
             `eval_strategy` is `"steps"`. TRL then logs the mean reward over `num_generations_eval` samples per
@@ -130,7 +132,10 @@ class ScriptArguments:
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math"],
-        metadata={"help": "Reward functions, by name (`math`, `format`) or dotted import path."},
+        metadata={
+            "help": f"Reward functions, by name ({', '.join(f'`{name}`' for name in REWARD_FUNCS)}) or dotted import "
+            "path (`mymodule.my_reward`, importable from the working directory)."
+        },
     )
     eval_benchmark: str | None = field(
         default=None,
@@ -172,10 +177,28 @@ LAUNCH_KEY = "--accelerate_config"  # TRL's key (trl/cli/accelerate_config.py): 
 NOT_LAUNCH_OPTIONS = {"--module", "--no_python", "--no-python", "--help", "--config_file", "--config-file"}
 
 
+USAGE = "%(prog)s --config RECIPE [--KEY VALUE ...] [--accelerate_config NAME_OR_PATH] [accelerate launch options]"
+DESCRIPTION = (
+    "Train with PACS (or the GRPO baseline, --algorithm grpo) from a recipe: a shipped one by name (`pacs recipes` "
+    "lists them: qwen3_4b_pacs, tiny_cpu, ...) or a YAML file by path, e.g. `pacs train --config qwen3_4b_pacs`. "
+    "Every key below can be set in the recipe or on the command line, where it overrides the recipe's "
+    "(`--learning_rate 2e-6`). Check a launch first with `pacs plan --config RECIPE`."
+)
+
+
+class RecipeParser(TrlParser):
+    """`TrlParser` whose errors are one line: a `ValueError` with argparse's message, not the 200-line usage."""
+
+    def error(self, message: str):
+        raise ValueError(f"{message} (`{self.prog} --help` lists every key)")
+
+
 def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
-    return TrlParser(
+    return RecipeParser(
         (ScriptArguments, CONFIGS[algorithm], ModelConfig),
         prog=prog,
+        usage=USAGE,
+        description=DESCRIPTION,
         allow_abbrev=False,  # `--num_generation` is a typo to name, not an abbreviation of `--num_generations`
         epilog="Launch keys (recipe or command line): --accelerate_config NAME_OR_PATH (shipped: zero3, zero2, ddp, "
         "zero3_multinode, zero3_hostfile) and the options of `accelerate launch` (--num_processes, --num_machines, "
@@ -238,32 +261,38 @@ def _unknown_keys_error(unknown: list[tuple[str, str]], parser: TrlParser, launc
     )
 
 
-def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Recipe:
-    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`CONFIGS`).
+def _split_config(argv: list[str]) -> tuple[dict, list[str]]:
+    """The recipe's keys (a YAML mapping; TRL's `env` key aside) and the command line without `--config PATH`."""
+    import yaml
 
-    Keys that are neither training arguments nor launch keys are an error naming the closest valid keys; a PACS
-    recipe run as the GRPO baseline (`--algorithm grpo`) drops the PACS settings its config lacks with a warning.
-    """
-    argv = _resolve_config_argument(sys.argv[1:] if argv is None else argv)
-    algorithm = "pacs"
-    if not {"-h", "--help"} & set(argv):
-        first = TrlParser(ScriptArguments, allow_abbrev=False)  # only `algorithm`; the rest is read below
-        script_args, _ = first.parse_args_and_config(argv, return_remaining_strings=True)
-        algorithm = script_args.algorithm
-    parser = make_parser(algorithm, prog)
+    if "--config" not in argv[:-1]:
+        return {}, argv
+    i = argv.index("--config")
+    with open(argv[i + 1]) as f:
+        config = yaml.safe_load(f)
+    if not isinstance(config, dict):
+        raise ValueError(f"The recipe {argv[i + 1]} must be a YAML mapping of keys to values.")
+    return {key: value for key, value in config.items() if key != "env"}, argv[:i] + argv[i + 2 :]
+
+
+def _sort_keys(parser: TrlParser, argv: list[str], algorithm: str):
+    """The keys that are not training arguments, sorted before any argument class is built (their `__post_init__`
+    checks values, and a typo must be named before a value error it causes): launch keys, PACS settings a GRPO run
+    drops, and unknown keys (an error naming the closest valid ones)."""
+    config, cli = _split_config(argv)
+    dests = {action.dest for action in parser._actions}
+    from_recipe = [item for key, value in config.items() if key not in dests for item in (f"--{key}", str(value))]
+    _, from_cli = parser.parse_known_args(cli)
+    launch = launch_options()
     not_here = {f"--{f.name}" for f in fields(PACSConfig)} - {f"--{f.name}" for f in fields(CONFIGS[algorithm])}
-    *parsed, from_recipe, from_cli = parser.parse_args_and_config(
-        argv, return_remaining_strings=True, separate_remaining_strings=True
-    )
-    recipe, launch = Recipe(*parsed), launch_options()
-    accelerate_config, cli_launch, unknown, dropped = None, [], [], []
+    accelerate_config, launch_args, cli_launch, unknown, dropped = None, [], [], [], []
     for where, strings in (("in the recipe", from_recipe), ("on the command line", from_cli)):
         for key, tokens in _groups(strings):
             if key == LAUNCH_KEY or key in launch:
                 if key == LAUNCH_KEY:
                     accelerate_config = tokens[-1].split("=", 1)[-1]
                 else:
-                    recipe.launch_args += tokens
+                    launch_args += tokens
                 cli_launch += tokens if where == "on the command line" else []
             elif key in not_here:  # a PACS setting, in a recipe run as the GRPO baseline
                 dropped += tokens
@@ -271,6 +300,28 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
                 unknown.append((key, where))
     if unknown:
         raise _unknown_keys_error(unknown, parser, launch)
+    return accelerate_config, launch_args, cli_launch, dropped
+
+
+def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Recipe:
+    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`CONFIGS`).
+
+    Keys that are neither training arguments nor launch keys are an error naming the closest valid keys, raised before
+    any value is checked; a PACS recipe run as the GRPO baseline (`--algorithm grpo`) drops the PACS settings its
+    config lacks with a warning. Every error is a `ValueError` (or `FileNotFoundError`) of one message.
+    """
+    argv = _resolve_config_argument(sys.argv[1:] if argv is None else argv)
+    algorithm = "pacs"
+    if not {"-h", "--help"} & set(argv):
+        first = RecipeParser(ScriptArguments, prog=prog, allow_abbrev=False)  # only `algorithm`; the rest below
+        script_args, _ = first.parse_args_and_config(argv, return_remaining_strings=True)
+        algorithm = script_args.algorithm
+    parser = make_parser(algorithm, prog)
+    accelerate_config, launch_args, cli_launch, dropped = (
+        _sort_keys(parser, argv, algorithm) if not {"-h", "--help"} & set(argv) else (None, [], [], [])
+    )
+    *parsed, _, _ = parser.parse_args_and_config(argv, return_remaining_strings=True, separate_remaining_strings=True)
+    recipe = Recipe(*parsed, launch_args=launch_args)
     if dropped:
         logger.warning("algorithm=%s ignores the PACS settings %s", algorithm, " ".join(dropped))
     if accelerate_config is not None:
@@ -294,6 +345,31 @@ def launch_setting(recipe: Recipe, name: str, default=None, config_file: bool = 
         with open(recipe.accelerate_config) as f:
             value = (yaml.safe_load(f) or {}).get(name)
     return default if value is None else value
+
+
+def check_inputs(
+    script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, checkpoint: bool = True
+) -> None:
+    """What the user named, checked in moments and before anything loads (by `pacs train`, in the process that
+    launches accelerate too, so that a mistake ends there with one line, not on every rank; and by `pacs plan`, which
+    refuses what `pacs train` refuses): a model, the data file, the reward functions, the checkpoint to resume from.
+    `checkpoint=False` leaves the checkpoint out (`pacs plan`: a plan of a resumed launch may run before, or away
+    from, the run's output folder). Raises `ValueError` or `FileNotFoundError` naming the fix."""
+    from ..data import check_dataset_name
+    from ..grpo.checkpoints import resolve_resume_checkpoint
+    from ..grpo.checks import check_model_path
+    from ..rewards import get_reward_funcs
+
+    if not model_args.model_name_or_path:
+        raise ValueError(
+            "No model given: pass --model_name_or_path <hub id or local directory> (or set model_name_or_path in the "
+            "recipe)."
+        )
+    check_model_path(model_args.model_name_or_path)
+    check_dataset_name(script_args.dataset_name)
+    get_reward_funcs(script_args.reward_funcs)
+    if checkpoint:
+        resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, verbose=False)
 
 
 def _subtract_subsequence(items: list[str], subsequence: list[str]) -> list[str]:
