@@ -11,7 +11,8 @@ import torch
 from torch.nn.utils import vector_to_parameters
 from transformers import AutoModelForCausalLM
 
-from pacs.critic import CriticTally, first_step_of_generation, ranking_sums
+from pacs.critic import CriticTally, ranking_sums
+from pacs.grpo.trainer import first_step_of_generation
 from pacs.loss import compute_score
 
 
