@@ -30,6 +30,7 @@ import os
 import time
 from pathlib import Path
 
+from .anchors import ANCHOR_CHOICES
 from .demo_report import format_table, paired_change, plot, wilson_interval
 
 
@@ -133,7 +134,7 @@ def _add_pacs_arguments(parser: argparse.ArgumentParser) -> None:
         "--pacs-beta", type=float, default=1.0, help="Scale of the reward proxy (PACSConfig.pacs_beta)."
     )
     parser.add_argument(
-        "--pacs-anchor", default="rollout", choices=["rollout", "reference"],
+        "--pacs-anchor", default="rollout", choices=ANCHOR_CHOICES,
         help="Anchor of the reward proxy (PACSConfig.pacs_anchor).",
     )  # fmt: skip
     parser.add_argument(

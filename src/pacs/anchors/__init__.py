@@ -14,6 +14,7 @@ Importing this package imports neither torch nor TRL (`pacs plan` reads it).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,7 +23,10 @@ if TYPE_CHECKING:
     import torch
 
 
-__all__ = ["ANCHORS", "Anchor", "AnchorInfo", "anchor_class", "anchor_description", "anchor_names", "make_anchor"]
+__all__ = [
+    "ANCHORS", "ANCHOR_CHOICES", "Anchor", "AnchorInfo", "anchor_class", "anchor_description", "anchor_names",
+    "make_anchor",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,11 +73,28 @@ def anchor_names() -> tuple[str, ...]:
     return tuple(ANCHORS)
 
 
+class _Names(Sequence):
+    """The registry's names, read when used (an `argparse` `choices` that sees an anchor registered after import)."""
+
+    def __getitem__(self, index):
+        return anchor_names()[index]
+
+    def __len__(self) -> int:
+        return len(ANCHORS)
+
+    def __repr__(self) -> str:
+        return repr(list(ANCHORS))
+
+
+ANCHOR_CHOICES: Sequence[str] = _Names()
+"""The `pacs_anchor` choices for a parser (`PACSConfig`'s field metadata, `pacs demo`), always the registry's."""
+
+
 def anchor_description() -> str:
     """The choices in words, for help texts and errors.
 
-    >>> anchor_description()
-    "'rollout' (pi_old of each generation, the authors' code) or 'reference' (a fixed reference policy, the paper's revised version)"
+    >>> anchor_description().split(" (")[0]
+    "'rollout'"
     """
     named = [f"{name!r} ({info.description})" for name, info in ANCHORS.items()]
     return named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
