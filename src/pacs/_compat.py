@@ -119,7 +119,11 @@ _OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class 
     "_prepare_inputs",
     "_compute_loss",
 )
-_USED = ("_get_per_token_logps_and_entropies", "_get_output_dir")  # a batch's log-probs; a checkpoint's folder
+_USED = (  # a batch's log-probs; a checkpoint's folder; a finished run's final weights (transformers' `Trainer`)
+    "_get_per_token_logps_and_entropies",
+    "_get_output_dir",
+    "_load_from_checkpoint",
+)
 _STATE = (
     "_step", "_buffered_inputs", "_metrics", "_tokenizer", "_entropy_bonus_enabled", "_entropy_window_stats",
     "_last_world_entropy",

@@ -60,9 +60,8 @@ from .checkpoints import (
     COMPLETE_MARKER,
     ROLLOUT_DIR,
     TRAINER_STATE,
-    finished_run,
     load_rollout,
-    resolve_resume_checkpoint,
+    resume_or_finished,
     save_rollout,
     sync_checkpoint_files,
     write_complete_marker,
@@ -126,7 +125,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
         self._sampling_monitor = SamplingGapMonitor()
-        self._finished_checkpoint: str | None = None
+        self._finished_checkpoint: str | None = None  # `train` found the run finished there
+        self._final_weights_loaded = False  # ... and loaded its weights into the model
         self._batch_mode: str | None = None  # the mode of the generation batch being made
         self._batch_columns: dict[str, torch.Tensor] = {}  # `_after_rewards`' columns, until the batch is assembled
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
@@ -233,29 +233,41 @@ class HardenedGRPOTrainer(GRPOTrainer):
 
         A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`, or a file whose size differs
         from the one it records) is skipped with a warning that says why; a named incomplete one is an error (see
-        `pacs.grpo.checkpoints`). A checkpoint that ends the run ([`finished_run`]) trains nothing: the state is the
-        checkpoint's, and `save_model` keeps the final model already in `output_dir`.
+        `pacs.grpo.checkpoints`). A checkpoint that ends the run (`resume_or_finished`) trains nothing: the state is
+        the checkpoint's, the model gets the checkpoint's weights (what the script does next sees the final model;
+        under DeepSpeed or FSDP, where no engine exists yet, it keeps the initial ones and says so), and `save_model`
+        keeps the final model already in `output_dir`.
         """
-        verbose = self.accelerator.is_main_process
-        resume = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir, verbose=verbose)
+        resume, finished = resume_or_finished(self, resume_from_checkpoint)
         self._finished_checkpoint = None
-        message = finished_run(resume, self.args)
-        if message is not None:  # transformers would train one step past the end; see `save_model` for the rest
-            (logger.warning if verbose else logger.debug)("%s", message)
+        if finished:  # transformers would train one step past the end
             from transformers import TrainerState
             from transformers.trainer_utils import TrainOutput
 
             self._finished_checkpoint = resume
             self.state = TrainerState.load_from_json(os.path.join(resume, TRAINER_STATE))
+            self._final_weights_loaded = self._load_final_weights(resume)
             return TrainOutput(self.state.global_step, float("nan"), {})
         return super().train(
             resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
         )
 
+    def _load_final_weights(self, checkpoint: str) -> bool:
+        # a finished run's model: the weights of its last checkpoint, as transformers loads them before resuming
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:  # loaded by the engine, which `train` never builds
+            if self.accelerator.is_main_process:
+                logger.warning(
+                    "The run is finished; this trainer's model keeps its initial weights (under DeepSpeed or FSDP "
+                    "they load with the engine). The final model is in %s.", self.args.output_dir,
+                )  # fmt: skip
+            return False
+        self._load_from_checkpoint(checkpoint)
+        return True
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
-        """`Trainer.save_model`, except after `train` found the run finished: the model in memory is then the
-        initial one, so the final model already in `output_dir` is kept (and pushed by `push_to_hub`), and saving
-        to another folder is an error."""
+        """`Trainer.save_model`, except after `train` found the run finished: the final model already in
+        `output_dir` is kept (and pushed by `push_to_hub`); saving to another folder writes the final weights `train`
+        loaded, or is an error where it could not load them (DeepSpeed, FSDP)."""
         finished = self._finished_checkpoint
         if finished is None:
             return super().save_model(output_dir, _internal_call=_internal_call)
@@ -264,6 +276,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
             if self.accelerator.is_main_process:
                 logger.info("Kept the final model in %s: this run was finished and trained nothing.", target)
             return None
+        if self._final_weights_loaded:
+            return super().save_model(output_dir, _internal_call=_internal_call)
         raise ValueError(
             f"Nothing was trained (the run had finished at {finished}), so this trainer holds the initial model, not "
             f"the trained one; copy the final model from {self.args.output_dir} or the weights of {finished} instead."
