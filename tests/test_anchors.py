@@ -53,13 +53,12 @@ def test_config_reads_the_registry(tmp_path, fake_anchor):
 
 
 def test_demo_reads_the_registry(fake_anchor):
-    from pacs.cli import build_parser
+    from pacs.demo import parse_args, trainer_config
 
-    parser = build_parser()
-    args, _ = parser.parse_known_args(["demo", "--pacs-anchor", fake_anchor])
-    assert args.pacs_anchor == "fake"
+    args = parse_args(["--pacs-anchor", fake_anchor])
+    assert args.pacs_anchor == "fake" and trainer_config(args, "unused").pacs_anchor == "fake"
     with pytest.raises(SystemExit):
-        parser.parse_args(["demo", "--pacs-anchor", "nope"])
+        parse_args(["--pacs-anchor", "nope"])
 
 
 def test_planner_reads_the_registry(fake_anchor):
