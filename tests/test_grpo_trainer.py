@@ -98,7 +98,7 @@ def test_each_trl_method_is_overridden_in_one_class():
     private = {name for name in overridden if name.startswith("_") and name in vars(GRPOTrainer)}
     assert private == set(_compat._OVERRIDDEN)
     # extension points: the hardened layer defines them, PACS extends them; TRL has none of these names
-    points = {"_check_args", "_before_generation", "_after_rewards", "_after_generation", "_after_scoring",
+    points = {"_check_args", "_before_generation", "_after_rewards", "_after_scoring", "_after_monitors",
               "_save_extra_state", "_load_extra_state"}  # fmt: skip
     assert points <= set(vars(HardenedGRPOTrainer)) and points <= set(vars(PACSTrainer))
     assert not points & _trl_methods()
