@@ -1,4 +1,4 @@
-"""Tests of `pacs.reference`: the reward proxy anchored to a fixed reference policy (`pacs_anchor="reference"`), its
+"""Tests of `pacs.anchors.reference`: the reward proxy anchored to a fixed reference policy (`pacs_anchor="reference"`), its
 periodic hard reset with the optimizer states, LoRA snapshots, the split path and exact resume. Float32, no bf16."""
 
 import sys

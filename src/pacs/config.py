@@ -85,7 +85,7 @@ class PACSConfig(HardenedGRPOConfig):
             What the reward proxy's log-ratio is taken against: `"rollout"` ($\pi_{old}$, the policy that sampled
             each generation: the authors' code and the paper's first version) or `"reference"` (a fixed reference
             policy $\pi_{ref}$, the paper's revised version, Eq. 7), hard-reset to the policy every
-            `pacs_reference_reset_generations` generations (see `pacs.reference`).
+            `pacs_reference_reset_generations` generations (see `pacs.anchors.reference`).
         pacs_reference_reset_generations (`int`, *optional*, defaults to `0`):
             With `pacs_anchor="reference"`: $\pi_{ref} \leftarrow \pi_\theta$ at the generation boundary after every
             N generations (before generations N+1, 2N+1, ...); 0 = never ($\pi_{ref}$ stays the initial model).
