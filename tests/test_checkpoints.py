@@ -261,8 +261,8 @@ def test_resuming_a_finished_run_trains_nothing_and_keeps_the_final_model(tiny_m
     assert "The run is finished" in caplog.text and "checkpoint-4 is at step 4, and max_steps is 4" in caplog.text
     assert output.global_step == 4 and resumed.state.global_step == 4
     resumed.save_model()
-    with pytest.raises(ValueError, match="holds the initial model"):
-        resumed.save_model(str(tmp_path / "elsewhere"))
+    resumed.save_model(str(tmp_path / "elsewhere"))  # the final weights, which `train` loaded
+    assert (tmp_path / "elsewhere" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
     # 2. the scripts' entry point (pacs train, for PACS and the GRPO baseline alike)
     assert train_unless_finished(trainer(4), resume_from_checkpoint="true") is False
     assert _files(out) == before  # the final model byte-identical, no checkpoint-5
@@ -281,6 +281,39 @@ def test_resuming_a_finished_run_trains_nothing_and_keeps_the_final_model(tiny_m
     ):
         trainer(6).train(resume_from_checkpoint=str(out / "checkpoint-6"))
     assert optimizer.exists()  # nothing deleted
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_finished_resume_holds_the_final_model(tiny_model_dir, tmp_path, lora):
+    # `trainer.train(resume_from_checkpoint=True)` at max_steps trains nothing, and what the script does next
+    # (evaluate, save, inspect trainer.model) sees the final model, not the initial one
+    from peft import LoraConfig
+
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(16)]})
+
+    def trainer():
+        args = tiny_pacs_config(tmp_path / "out", max_steps=2, save_strategy="steps", save_steps=2)
+        peft = (
+            LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM") if lora else None
+        )
+        return PACSTrainer(
+            model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset, peft_config=peft
+        )
+
+    def weights(t):
+        return {n: p.detach().clone() for n, p in t.model.named_parameters() if not lora or "lora_" in n}
+
+    first = trainer()
+    initial = weights(first)
+    first.train()
+    final = weights(first)
+    assert any(not torch.equal(initial[n], final[n]) for n in final)  # the run moved the weights
+    resumed = trainer()
+    assert all(torch.equal(initial[n], w) for n, w in weights(resumed).items())
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 2
+    after = weights(resumed)
+    assert after.keys() == final.keys() and all(torch.equal(final[n], after[n]) for n in final)
 
 
 def test_the_grpo_baseline_does_not_train_past_a_finished_run(tiny_model_dir, tmp_path, caplog):

@@ -12,7 +12,8 @@ import torch
 from torch.nn.utils import vector_to_parameters
 from transformers import AutoModelForCausalLM
 
-from pacs.critic import CriticTally, critic_metrics, first_step_of_generation, ranking_sums
+from pacs.critic import CriticTally, critic_metrics, ranking_sums
+from pacs.grpo.trainer import first_step_of_generation
 from pacs.loss import compute_score, pacs_loss
 
 

@@ -187,3 +187,22 @@ def test_gguf_conversion_matches_gguf_model(tmp_path):
     input_ids = tokenizer(text, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids).logits, reference(input_ids).logits)
+
+
+def test_demo_options_are_the_config_fields_not_a_copy_of_them():
+    import dataclasses
+
+    from pacs import PACSConfig
+    from pacs.demo import TRAINING_DEFAULTS, demo_training_arguments, make_parser, parse_args
+
+    declared = {f.name: f for f in dataclasses.fields(PACSConfig)}
+    for f in dataclasses.fields(demo_training_arguments()):  # PACSConfig's type and help, the demo's default
+        assert (f.type, dict(f.metadata)) == (declared[f.name].type, dict(declared[f.name].metadata)), f.name
+        assert f.default == TRAINING_DEFAULTS[f.name]
+    help_text = make_parser().format_help()
+    assert declared["pacs_beta"].metadata["help"].split(".")[0][:40] in " ".join(help_text.split())
+    args = parse_args(["--max-steps", "3", "--pacs_beta", "2", "--pacs-reset-optimizer", "0", "--seed", "4"])
+    assert (args.max_steps, args.pacs_beta, args.pacs_reset_optimizer, args.seed) == (3, 2.0, False, 4)
+    assert (args.learning_rate, args.lora_r, args.algorithm) == (5e-4, 16, "pacs")
+    with pytest.raises(SystemExit):
+        parse_args(["--learning-rte", "1"])

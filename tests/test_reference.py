@@ -1,4 +1,4 @@
-"""Tests of `pacs.reference`: the reward proxy anchored to a fixed reference policy (`pacs_anchor="reference"`), its
+"""Tests of `pacs.anchors.reference`: the reward proxy anchored to a fixed reference policy (`pacs_anchor="reference"`), its
 periodic hard reset with the optimizer states, LoRA snapshots, the split path and exact resume. Float32, no bf16."""
 
 import sys
@@ -11,8 +11,8 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from pacs import PACSConfig, PACSTrainer
+from pacs.anchors.reference import REF_ADAPTER, reset_optimizer_states
 from pacs.loss import pacs_loss
-from pacs.reference import REF_ADAPTER, reset_optimizer_states
 from pacs.testing import tiny_pacs_config
 
 
@@ -215,8 +215,8 @@ def test_lora_reference_is_a_snapshot_of_the_adapter(tiny_model_dir, tmp_path):
     snapshots = []
     reset = anchor.reset
 
-    def recording_reset():
-        reset()
+    def recording_reset(*args):
+        reset(*args)
         snapshots.append({n: p.detach().clone() for n, p in trainer.model.named_parameters() if ".default." in n})
 
     anchor.reset = recording_reset

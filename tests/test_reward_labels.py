@@ -90,15 +90,14 @@ class LabelRecorder:
 
     def __init__(self, trainer):
         self.raw, self.labels = [], []
-        self._calculate_rewards = trainer._calculate_rewards
-        trainer._calculate_rewards = self
-        self.trainer = trainer
+        self._after_rewards = trainer._after_rewards
+        trainer._after_rewards = self
 
-    def __call__(self, *args, **kwargs):
-        rewards_per_func = self._calculate_rewards(*args, **kwargs)
+    def __call__(self, rewards_per_func, scorable, mode):
+        columns = self._after_rewards(rewards_per_func, scorable, mode)
         self.raw.append(rewards_per_func.detach().clone())
-        self.labels.append(self.trainer._pacs_labels.detach().clone())
-        return rewards_per_func
+        self.labels.append(columns["pacs_labels"].detach().clone())  # the labels ride with the batch
+        return columns
 
 
 def test_reward_model_path_trains_with_sigmoid_labels(tiny_model_dir, reward_model_dir, tmp_path):

@@ -405,14 +405,24 @@ def test_docstring_examples_run(tiny_model_dir):
     import doctest
 
     import pacs._compat
+    import pacs.anchors
+    import pacs.anchors.reference
     import pacs.critic
-    import pacs.reference
+    import pacs.grpo.trainer
     import pacs.split
     import pacs.testing
 
     # (the fixture has already saved a model once, so one-time import banners do not land in the doctest output)
 
-    for module in (pacs.critic, pacs.reference, pacs.split, pacs._compat, pacs.testing):
+    for module in (
+        pacs.anchors,
+        pacs.anchors.reference,
+        pacs.critic,
+        pacs.grpo.trainer,
+        pacs.split,
+        pacs._compat,
+        pacs.testing,
+    ):
         result = doctest.testmod(module)
         assert result.attempted > 0 and result.failed == 0, module.__name__
 

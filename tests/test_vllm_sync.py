@@ -273,6 +273,7 @@ def _monitored_trainer(correction: bool, trainer_logps=None):
         _get_per_token_logps_and_entropies=get_logps,
     )
     trainer._per_token_logps = types.MethodType(HardenedGRPOTrainer._per_token_logps, trainer)  # the trainer's batch
+    trainer._logps_without_grad = types.MethodType(HardenedGRPOTrainer._logps_without_grad, trainer)
     trainer._sampling_monitor = SamplingGapMonitor()
     trainer._record = types.MethodType(HardenedGRPOTrainer._record, trainer)
     return trainer, calls

@@ -55,13 +55,9 @@ def test_a_tiny_run_emits_no_deprecation_caused_by_pacs(tiny_model_dir, tmp_path
 
 
 def test_the_demo_configs_warn_about_nothing(tmp_path):
-    import argparse
+    from pacs.demo import ALGORITHMS, parse_args, trainer_config
 
-    from pacs.demo import ALGORITHMS, add_parser, trainer_config
-
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers())
-    args = parser.parse_args(["demo"])
+    args = parse_args([])
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         configs = [trainer_config(args, str(tmp_path), algorithm) for algorithm in ALGORITHMS]

@@ -31,15 +31,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def demo_args(arm: dict, lr: float, seed: int, eval_seed: int | None, args, out: Path) -> argparse.Namespace:
-    from pacs.cli import build_parser
+    from pacs.demo import parse_args
 
-    argv = ["demo", "--output-dir", str(out), "--overwrite", "--seed", str(seed), "--learning-rate", str(lr)]
+    argv = ["--output-dir", str(out), "--overwrite", "--seed", str(seed), "--learning-rate", str(lr)]
     argv += ["--threads", "1", "--num-eval", str(args.num_eval), "--pacs-beta", str(arm["beta"])]
     argv += ["--pacs-anchor", arm["anchor"], "--pacs-reference-reset-generations", str(arm["reset"])]
     argv += ["--pacs-reset-optimizer", str(arm["reset_optimizer"]), "--pacs-reset-warmup-steps", str(arm["warmup"])]
     if eval_seed is not None:
         argv += ["--eval-seed", str(eval_seed)]
-    return build_parser().parse_args(argv + list(args.demo_args))
+    return parse_args(argv + list(args.demo_args))
 
 
 def run_tag(spec: tuple) -> str:

@@ -43,10 +43,7 @@ def demo_args(argv: list[str]) -> argparse.Namespace:
     """The demo's own settings, parsed by the demo's own parser, so that a run here is a `pacs demo` run."""
     from pacs import demo
 
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    demo.add_parser(sub)
-    return parser.parse_args(["demo", *argv])
+    return demo.parse_args(argv)
 
 
 def run_one(args, seed: int, algorithm: str, before: dict | None) -> dict:

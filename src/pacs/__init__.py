@@ -28,8 +28,10 @@ MOVED_MODULES = {
     "pacs.guards": "pacs.grpo.guards",
     "pacs.vllm_sync": "pacs.grpo.vllm_sync",
     "pacs._grpo_terms": "pacs.grpo.terms",
+    "pacs.reference": "pacs.anchors.reference",
 }
-"""Modules that moved into the hardened GRPO layer (`pacs.grpo`): importing the old name says where they are now."""
+"""Modules that moved (into the hardened GRPO layer `pacs.grpo`, or the anchors' package `pacs.anchors`): importing the
+old name says where they are now."""
 
 
 class _MovedModules(importlib.abc.MetaPathFinder):
@@ -38,8 +40,7 @@ class _MovedModules(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name in MOVED_MODULES:
             raise ModuleNotFoundError(
-                f"No module named {name!r}: it moved to {MOVED_MODULES[name]!r} (the hardened GRPO layer under "
-                f"PACSTrainer); import it from there.",
+                f"No module named {name!r}: it moved to {MOVED_MODULES[name]!r}; import it from there.",
                 name=name,
             )
         return None

@@ -8,17 +8,22 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   method the LoRA push replaces and what it uses (`_VLLM_USED`, `_VLLM_STATE`). Keep it as long as pacs touches
   private names; update the lists with every new one (tests/test_grpo_trainer.py compares `_OVERRIDDEN` with the
   code). Also private, outside this file: `pacs.grpo.terms` (GRPOTrainer's inline loss terms, re-done; its docstring
-  says when it can go) and `pacs.reference.ReferenceAnchor._build_ref_model` (GRPOTrainer's way of building and
+  says when it can go) and `pacs.anchors.reference.ReferenceAnchor._build_ref_model` (GRPOTrainer's way of building and
   sharding its reference model, followed for pi_ref: update with TRL's `__init__`).
 - `TRL_REWARD_KWARGS`, `MULTIMODAL_KEYS`, `GRPO_ONLY_LOSS_SETTINGS`: what `GRPOTrainer` passes to reward functions, to
   the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
   `TRL_LM_HEAD_TILE`: what TRL hard-codes for a colocated vLLM engine and its fused LM head (`pacs plan` reads them).
   Update with TRL (tests compare the first three with the installed TRL: tests/test_checks.py, test_grpo_trainer.py).
-- `replace_method` / `VLLM_PARAM_ITERATOR`: the one instance patch, `VLLMGeneration._iter_named_params` on a trainer's
-  own `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Its replacement names and gathers the
-  parameters as TRL's method does (`_fix_param_name_to_vllm`, `_dist`, the `base_model.model.` / `.base_layer` /
-  `modules_to_save.default.` renames): update it with that method. Remove when TRL pushes LoRA weights without
-  merging them in place (TRL #6688).
+- Two instance patches, each on one object the trainer owns (its class and every other instance keep theirs):
+  1. `replace_method` / `VLLM_PARAM_ITERATOR`: `VLLMGeneration._iter_named_params` on a trainer's own
+     `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Its replacement names and gathers the
+     parameters as TRL's method does (`_fix_param_name_to_vllm`, `_dist`, the `base_model.model.` / `.base_layer` /
+     `modules_to_save.default.` renames): update it with that method. Remove when TRL pushes LoRA weights without
+     merging them in place (TRL #6688).
+  2. `optimizer.step` of the optimizer `HardenedGRPOTrainer.create_optimizer` creates, wrapped by
+     `pacs.grpo.guards.NonFiniteGradientGuard.install` so that a step whose gradient norm is not finite is skipped.
+     Remove when transformers' `Trainer` skips (or lets a callback skip) such a step itself.
+- One module-global swap, below:
 - `group_shuffle` / `shuffle_groups`: `GRPOTrainer._prepare_inputs` shuffles the generation batch row by row through
   the module global `shuffle_sequence_dict`; PACS swaps in a group-preserving twin while the parent method runs.
   Remove when TRL shuffles by whole groups itself (or exposes the shuffle as a method to override).
@@ -29,17 +34,14 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
 - `no_router_logits`: mixture-of-experts generation with `output_router_logits=True` fails in transformers'
   `load_balancing_loss_func` on cached decoding steps. Remove when generation no longer computes the load-balancing
   loss (transformers skips it under `use_cache`/`generate`, or TRL turns it off while generating).
-<<<<<<< HEAD
 - `elastic_restart_env`: what torchrun's elastic agent needs for a worker group to restart (`--max_restarts`), set
   by `pacs train` (`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` on the torch versions in `TORCH_SHARED_RDZV_STORE`, the
   c10d rendezvous endpoint). Remove the variable when pytorch#135712 is fixed in the oldest torch pacs supports.
-=======
 - `without_zero3_init`: in a ZeRO-3 process (a live `HfDeepSpeedConfig`, which `pacs train`'s training arguments
   create before the planner runs), transformers' `from_config` wraps the build in `deepspeed.zero.Init`, which cannot
   partition the meta device's tensors ("Cannot copy out of meta tensor; no data!"): the planner's parameter count
   fell back to the formula on every ZeRO-3 launch. transformers' `set_zero3_state` marks zero.Init as already
   entered, so the build skips it. Remove when transformers skips zero.Init under `init_empty_weights` itself.
->>>>>>> i39b
 """
 
 from __future__ import annotations
@@ -138,7 +140,11 @@ _OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class 
     "_prepare_inputs",
     "_compute_loss",
 )
-_USED = ("_get_per_token_logps_and_entropies", "_get_output_dir")  # a batch's log-probs; a checkpoint's folder
+_USED = (  # a batch's log-probs; a checkpoint's folder; a finished run's final weights (transformers' `Trainer`)
+    "_get_per_token_logps_and_entropies",
+    "_get_output_dir",
+    "_load_from_checkpoint",
+)
 _STATE = (
     "_step", "_buffered_inputs", "_metrics", "_tokenizer", "_entropy_bonus_enabled", "_entropy_window_stats",
     "_last_world_entropy",
@@ -157,7 +163,7 @@ _VLLM_REPLACED = (VLLM_PARAM_ITERATOR,)
 
 def replace_method(instance, name: str, function) -> None:
     """Bind `function` as `instance.name`, on this one instance (its class and every other instance keep theirs).
-    The one instance patch pacs makes: `VLLMGeneration._iter_named_params` (see the module docstring)."""
+    Used for `VLLMGeneration._iter_named_params` (one of the two instance patches in the module docstring)."""
     if not callable(getattr(type(instance), name, None)):
         raise AttributeError(f"{type(instance).__name__} has no method {name!r} to replace; see pacs._compat.")
     setattr(instance, name, types.MethodType(function, instance))

@@ -10,12 +10,10 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ._compat import GRPO_ONLY_LOSS_SETTINGS
+from .anchors import ANCHOR_CHOICES, ANCHORS, anchor_description
 from .grpo.config import HardenedGRPOConfig
 from .labels import label_transforms
 from .loss import CLASS_WEIGHTS, REWARD_PROXIES, SCORES
-
-
-ANCHORS = ("rollout", "reference")
 
 
 logger = logging.getLogger(__name__)
@@ -87,7 +85,7 @@ class PACSConfig(HardenedGRPOConfig):
             What the reward proxy's log-ratio is taken against: `"rollout"` ($\pi_{old}$, the policy that sampled
             each generation: the authors' code and the paper's first version) or `"reference"` (a fixed reference
             policy $\pi_{ref}$, the paper's revised version, Eq. 7), hard-reset to the policy every
-            `pacs_reference_reset_generations` generations (see `pacs.reference`).
+            `pacs_reference_reset_generations` generations (see `pacs.anchors.reference`).
         pacs_reference_reset_generations (`int`, *optional*, defaults to `0`):
             With `pacs_anchor="reference"`: $\pi_{ref} \leftarrow \pi_\theta$ at the generation boundary after every
             N generations (before generations N+1, 2N+1, ...); 0 = never ($\pi_{ref}$ stays the initial model).
@@ -168,7 +166,7 @@ class PACSConfig(HardenedGRPOConfig):
             "help": "Anchor of the reward proxy's log-ratio: 'rollout' (pi_old of each generation: the authors' code, "
             "the paper's first version) or 'reference' (a fixed reference policy pi_ref, hard-reset to the policy "
             "every pacs_reference_reset_generations generations: the paper's revised version).",
-            "choices": list(ANCHORS),
+            "choices": ANCHOR_CHOICES,  # the registry (`pacs.anchors`), read when parsed
         },
     )
     pacs_reference_reset_generations: int = field(
@@ -269,10 +267,7 @@ class PACSConfig(HardenedGRPOConfig):
 
     def _validate_anchor(self) -> None:
         if self.pacs_anchor not in ANCHORS:
-            raise ValueError(
-                f"Unknown pacs_anchor {self.pacs_anchor!r}; use 'rollout' (pi_old of each generation, the authors' "
-                "code) or 'reference' (a fixed reference policy, the paper's revised version)."
-            )
+            raise ValueError(f"Unknown pacs_anchor {self.pacs_anchor!r}; use {anchor_description()}.")
         if not isinstance(self.pacs_reference_reset_generations, int) or self.pacs_reference_reset_generations < 0:
             raise ValueError(
                 "pacs_reference_reset_generations must be an integer >= 0 (0 = never reset the reference policy; N = "
@@ -282,9 +277,9 @@ class PACSConfig(HardenedGRPOConfig):
             raise ValueError(
                 f"pacs_reset_warmup_steps must be an integer >= 0 (0: no re-warmup), got {self.pacs_reset_warmup_steps!r}."
             )
-        if self.pacs_reset_warmup_steps and not (
-            self.pacs_anchor == "reference" and self.pacs_reference_reset_generations > 0 and self.pacs_reset_optimizer
-        ):
+        reset_setting = ANCHORS[self.pacs_anchor].reset_setting  # the anchor's copy changes during the run
+        resets = reset_setting is not None and getattr(self, reset_setting) > 0
+        if self.pacs_reset_warmup_steps and not (resets and self.pacs_reset_optimizer):
             raise ValueError(
                 f"pacs_reset_warmup_steps={self.pacs_reset_warmup_steps} re-warms the optimizer after a reference reset, "
                 "and this run has none: it needs pacs_anchor='reference', pacs_reference_reset_generations > 0 and "

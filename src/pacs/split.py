@@ -17,16 +17,16 @@ closed form (`pacs.loss.pacs_coefficients`). So:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
 from ._compat import MULTIMODAL_KEYS
-from .critic import first_step_of_generation
-from .grpo.terms import logps_without_grad, loss_mask
-from .loss import compute_reward_proxy, pacs_coefficients
+from .grpo.terms import loss_mask
+from .loss import pacs_coefficients
 
 
-__all__ = ["attach_step_coefficients", "exchange_order", "exchange_rows", "split_layout", "step_batches"]
+__all__ = ["attach_step_coefficients", "exchange_order", "exchange_rows", "split_layout"]
 
 
 def split_layout(
@@ -117,36 +117,11 @@ def exchange_rows(output: dict, accelerator, pad_token_id: int, rows_per_step: i
     return exchanged
 
 
-def step_batches(trainer, inputs: dict) -> tuple[list[dict], bool] | None:
-    """The micro-batches of the optimizer step that `inputs` (the trainer's next micro-batch) belongs to, and whether
-    that step is on-policy (its first after a generation); `None` when `inputs` already carries its coefficients.
-
-    Reads GRPOTrainer's buffer (`_buffered_inputs`, one batch per micro-batch of a generation) and micro-batch counter
-    (`_step`): the one place the split path depends on TRL's buffer layout.
-    """
-    GA, S = trainer.current_gradient_accumulation_steps, trainer.args.steps_per_generation
-    step = trainer._step
-    if step % GA != 0 and "pacs_coef" in inputs:  # set at the step's first micro-batch
-        return None
-    first = (step - step % GA) % S  # this optimizer step's first micro-batch in the buffer
-    return trainer._buffered_inputs[first : first + GA], first_step_of_generation(step, GA, S, trainer.num_iterations)
-
-
-def _reward_proxy_without_grad(trainer, batch: dict, mask: torch.Tensor, on_policy: bool) -> torch.Tensor:
-    # r of the batch under the current policy, (B,): exactly 0 without a forward where the policy is the anchor
-    if trainer._pacs_anchor.proxy_is_zero(batch, on_policy):
-        return torch.zeros(mask.size(0), device=mask.device)
-    with trainer.compute_loss_context_manager():  # as the loss's own forward: r must equal the loss's r
-        logps = logps_without_grad(trainer, trainer.model, batch)
-    args = trainer.args
-    return compute_reward_proxy(logps, trainer._pacs_anchor.logps(batch), mask, args.pacs_beta, args.pacs_reward_proxy)
-
-
-def _whole_groups(accelerator, rows: dict[str, torch.Tensor], num_generations: int) -> dict[str, torch.Tensor]:
+def _whole_groups(gather, rows: dict[str, torch.Tensor], num_generations: int) -> dict[str, torch.Tensor]:
     # every process's rows of the step, gathered and sorted by `pacs_index` into whole groups
-    index = accelerator.gather(rows["pacs_index"])
+    index = gather(rows["pacs_index"])
     order = torch.argsort(index)
-    gathered = {key: accelerator.gather(value)[order] for key, value in rows.items() if key != "pacs_index"}
+    gathered = {key: gather(value)[order] for key, value in rows.items() if key != "pacs_index"}
     gathered["pacs_index"] = index = index[order]
     G = num_generations
     groups = index.view(-1, G) // G if index.numel() % G == 0 else None
@@ -158,33 +133,42 @@ def _whole_groups(accelerator, rows: dict[str, torch.Tensor], num_generations: i
     return gathered
 
 
-def attach_step_coefficients(trainer, batches: list[dict], on_policy: bool) -> tuple[torch.Tensor, dict, torch.Tensor]:
+def attach_step_coefficients(
+    batches: list[dict],
+    reward_proxy: Callable[[dict, torch.Tensor], torch.Tensor],
+    sample_weight: Callable[[dict, torch.Tensor], torch.Tensor],
+    gather: Callable[[torch.Tensor], torch.Tensor],
+    num_generations: int,
+    generation_batch_size: int,
+    score: str,
+    class_weight: str,
+) -> tuple[torch.Tensor, dict, torch.Tensor]:
     """Store in each micro-batch of an optimizer step its coefficients c_i = dL/dr_i of the step's whole groups
     (`pacs_coef`, `(B,)`) and the step's PACS loss (`pacs_step_loss`, `()`); return the step's loss, its stats (`psi`,
     `weights`, `rewards`) and labels over those whole groups, for the trainer to log the critic.
 
-    1. r of every row of the step on this process: exactly 0 on the first optimizer step after a generation with the
-       log-ratio proxy (`trainer._pacs_anchor.proxy_is_zero`), else one forward without grad per micro-batch; 2. gather
-       r, labels and weights of all processes into whole groups (`pacs_index`); 3. c in closed form (`pacs_coefficients`) over
-       all rows of the step, normalised by their number as the whole-group path is.
+    `reward_proxy(batch, mask)`: r `(B,)` of a micro-batch under the current policy, without grad (exactly 0 where the
+    policy is the anchor); `sample_weight(batch, mask)`: each row's weight `(B,)`; `gather`: the all-gather over
+    processes (`accelerator.gather`). `score`, `class_weight`: the `PACSConfig` settings.
+
+    1. r of every row of the step on this process; 2. gather r, labels and weights of all processes into whole groups
+       (`pacs_index`); 3. c in closed form (`pacs_coefficients`) over all rows of the step, normalised by their number
+       as the whole-group path is.
     """
     rows = {key: [] for key in ("pacs_index", "rewards", "labels", "weight", "valid")}
     for batch in batches:
         mask = loss_mask(batch)  # (B, T)
         rows["pacs_index"].append(batch["pacs_index"])
-        rows["rewards"].append(_reward_proxy_without_grad(trainer, batch, mask, on_policy).float())
+        rows["rewards"].append(reward_proxy(batch, mask).float())
         rows["labels"].append(batch["pacs_labels"].float())
-        rows["weight"].append(trainer._sample_weight(batch, mask, torch.float32))
+        rows["weight"].append(sample_weight(batch, mask))
         rows["valid"].append(mask.sum(-1) > 0)
-    step = _whole_groups(
-        trainer.accelerator, {key: torch.cat(value) for key, value in rows.items()}, trainer.num_generations
-    )
-    args = trainer.args
+    step = _whole_groups(gather, {key: torch.cat(value) for key, value in rows.items()}, num_generations)
     coef, loss, stats = pacs_coefficients(
-        step["rewards"], step["labels"], trainer.num_generations, args.pacs_score, args.pacs_class_weight,
+        step["rewards"], step["labels"], num_generations, score, class_weight,
         step["weight"], None if step["valid"].all() else step["valid"],
     )  # fmt: skip
-    by_index = torch.zeros(args.generation_batch_size, device=coef.device, dtype=coef.dtype)
+    by_index = torch.zeros(generation_batch_size, device=coef.device, dtype=coef.dtype)
     by_index[step["pacs_index"]] = coef
     for batch in batches:
         batch["pacs_coef"] = by_index[batch["pacs_index"]]  # (B,)

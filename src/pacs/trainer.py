@@ -9,10 +9,11 @@ functions, reference model / KL, PEFT, DeepSpeed and logging are inherited uncha
 checkpoints and vLLM hardening come from `HardenedGRPOTrainer`. PACS extends that layer's named points and overrides
 two TRL methods no other class overrides:
 
-1. `_check_args` settles the split path's layout before the model loads; `_after_rewards` keeps each completion's
+1. `_check_args` returns the split path's layout, before the model loads; `_after_rewards` returns each completion's
    label (the `reward_weights`-weighted sum of the reward functions, each mapped by `pacs_label_transform`), checked
-   to lie in [0, 1]; `_before_generation` / `_after_generation` run the anchor (`pacs.reference`: a reset, pi_ref's
-   log-probs); `_after_scoring` attaches this process's slice of the labels and, on the split path, exchanges rows.
+   to lie in [0, 1], with its scorable flag and row number: columns the GRPO layer attaches to the batch;
+   `_before_generation` / `_after_scoring` run the anchor (`pacs.anchors`: a reset, pi_ref's log-probs);
+   `_after_monitors` exchanges rows on the split path.
 2. `_prepare_inputs` shuffles the generation batch by whole groups instead of by rows, so that a micro-batch (or,
    when `per_device_train_batch_size` is not a multiple of `num_generations`, an optimizer step) holds whole groups;
    on that split path it also attaches each optimizer step's closed-form whole-group coefficients (`pacs.split`).
@@ -24,19 +25,20 @@ two TRL methods no other class overrides:
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.nn.functional as F
 
 from ._compat import group_shuffle, shuffle_groups
+from .anchors import make_anchor
 from .config import PACSConfig
-from .critic import CriticTally, critic_metrics, first_step_of_generation, ranking_sums
+from .critic import CriticTally, critic_metrics, ranking_sums
 from .grpo.terms import loss_mask
 from .grpo.trainer import HardenedGRPOTrainer
 from .labels import label_range_error, reward_to_label
 from .loss import compute_reward_proxy, pacs_loss
-from .reference import make_anchor
-from .split import attach_step_coefficients, exchange_order, exchange_rows, split_layout, step_batches
+from .split import attach_step_coefficients, exchange_order, exchange_rows, split_layout
 
 
 class PACSTrainer(HardenedGRPOTrainer):
@@ -89,23 +91,29 @@ class PACSTrainer(HardenedGRPOTrainer):
     }
 
     def __init__(self, model, reward_funcs=None, args: PACSConfig | None = None, **kwargs):
-        self._pacs_labels: torch.Tensor | None = None  # (B_global,) labels of the last scored generation batch
-        self._pacs_scorable: torch.Tensor | None = None  # (B_global,) False where every reward function gave None
-        self._pacs_layout = None  # split path: where the rows of an optimizer step live (`_check_args`)
         super().__init__(model, reward_funcs, args=args, **kwargs)  # the checks, `_check_args`, GRPOTrainer
         self._critic_tally = CriticTally()  # the within-group ranking, pooled over an optimizer step
-        self._pacs_anchor = make_anchor(self)  # pi_old, or pi_ref and its resets (`pacs_anchor`, `pacs.reference`)
+        self._pacs_anchor = make_anchor(
+            self.args.pacs_anchor, self.args, self.model, self.accelerator, self._logps_without_grad, self.ref_model
+        )  # pi_old, or pi_ref and its resets (`pacs_anchor`, `pacs.anchors`)
         for callback in self._pacs_anchor.callbacks():
             self.add_callback(callback)
 
-    def _check_args(self, args: PACSConfig) -> None:
-        super()._check_args(args)
+    def _check_args(self, args: PACSConfig) -> dict:
+        layout = super()._check_args(args)
         # Split path (a micro-batch holds part of a group), see `pacs.split`; refused before the model loads
+        layout["pacs_split"] = None
         if args.per_device_train_batch_size % args.num_generations != 0:
-            self._pacs_layout = split_layout(
+            layout["pacs_split"] = split_layout(
                 args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation,
                 args.world_size, args.num_generations,
             )  # fmt: skip
+        return layout
+
+    @property
+    def _pacs_layout(self) -> str | None:
+        """Split path: where the rows of an optimizer step live (`pacs.split.split_layout`); `None`: whole groups."""
+        return self._layout["pacs_split"]
 
     @property
     def _pacs_split(self) -> bool:
@@ -116,10 +124,10 @@ class PACSTrainer(HardenedGRPOTrainer):
     def _before_generation(self, mode: str) -> None:
         super()._before_generation(mode)
         if mode == "train":  # evaluation keeps psi == 0 (see `_compute_loss`)
-            self._pacs_anchor.before_generation()  # a reference reset, when the schedule says so
+            self._pacs_anchor.before_generation(self.model, self.optimizer, self.lr_scheduler)  # a reset, on schedule
 
-    def _after_rewards(self, rewards_per_func: torch.Tensor, scorable: torch.Tensor) -> None:
-        super()._after_rewards(rewards_per_func, scorable)
+    def _after_rewards(self, rewards_per_func: torch.Tensor, scorable: torch.Tensor, mode: str) -> dict:
+        columns = super()._after_rewards(rewards_per_func, scorable, mode)
         args = self.args
         labels_per_func = reward_to_label(
             rewards_per_func, args.pacs_label_transform, args.pacs_label_temperature, args.pacs_label_offset
@@ -130,30 +138,25 @@ class PACSTrainer(HardenedGRPOTrainer):
         if bad.any():
             row, names, transform = int(bad.nonzero()[0]), self.reward_func_names, args.pacs_label_transform
             raise label_range_error(row, names, rewards_per_func, labels_per_func, labels, weights, transform)
-        self._pacs_labels, self._pacs_scorable = labels, scorable
         # labels are already gathered over processes (TRL gathers the rewards), so this needs no collective; TRL logs
         # `reward` and `rewards/<function>/mean` from the raw scores, not the labels
         count = scorable.sum().clamp(min=1)
         mean = (labels * scorable).sum() / count
         std = (((labels - mean) ** 2 * scorable).sum() / count).sqrt()
-        self._record(self._mode, {"pacs/rollout_label_mean": mean.item(), "pacs/rollout_label_std": std.item()})
-
-    def _after_generation(self, output: dict, mode: str) -> dict:
-        output = super()._after_generation(output, mode)
-        if mode == "train":
-            output = self._pacs_anchor.after_generation(output)  # pi_ref's log-probs, before the row exchange
-        return output
+        self._record(mode, {"pacs/rollout_label_mean": mean.item(), "pacs/rollout_label_std": std.item()})
+        # Row number in the gathered generation batch, where rows g*G .. g*G+G-1 are one prompt's group: it lets the
+        # split path reassemble groups whatever the shuffle and the micro-batch and process boundaries.
+        index = torch.arange(labels.numel(), device=labels.device)
+        return {**columns, "pacs_labels": labels, "pacs_scorable": scorable.float(), "pacs_index": index}  # (B_glob,)
 
     def _after_scoring(self, output: dict, mode: str) -> dict:
         output = super()._after_scoring(output, mode)
-        n = output["prompt_ids"].size(0)  # this process's rows, in the order of the gathered rewards
-        start = self.accelerator.process_index * n
-        local = slice(start, start + n)
-        output["pacs_labels"] = self._pacs_labels[local]  # (B,)
-        output["pacs_scorable"] = self._pacs_scorable[local].float()  # (B,)
-        # Row number in the gathered generation batch, where rows g*G .. g*G+G-1 are one prompt's group: it lets the
-        # split path reassemble groups whatever the shuffle and the micro-batch and process boundaries.
-        output["pacs_index"] = torch.arange(start, start + n, device=output["prompt_ids"].device)  # (B,)
+        if mode == "train":  # pi_ref's log-probs, before the row exchange
+            output = self._pacs_anchor.after_generation(output, self.model)
+        return output
+
+    def _after_monitors(self, output: dict, mode: str) -> dict:
+        output = super()._after_monitors(output, mode)
         if self._pacs_layout == "exchange" and mode == "train":
             rows_per_step = self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
             pad_id = self._tokenizer.pad_token_id
@@ -162,11 +165,11 @@ class PACSTrainer(HardenedGRPOTrainer):
 
     def _save_extra_state(self, folder: str) -> None:
         super()._save_extra_state(folder)
-        self._pacs_anchor.save(folder)
+        self._pacs_anchor.save(folder, self.model)
 
     def _load_extra_state(self, checkpoint: str) -> None:
         super()._load_extra_state(checkpoint)
-        self._pacs_anchor.load(checkpoint)
+        self._pacs_anchor.load(checkpoint, self.model)
 
     # 2. whole groups -------------------------------------------------------------------------------------------
     def _prepare_inputs(self, generation_batch):
@@ -177,11 +180,28 @@ class PACSTrainer(HardenedGRPOTrainer):
         group_size = None if self._pacs_layout == "exchange" else self.num_generations
         with contextlib.nullcontext() if row_shuffle else group_shuffle(group_size):
             inputs = super()._prepare_inputs(generation_batch)
-        if self._pacs_split and self.model.training and (step := step_batches(self, inputs)) is not None:
-            # the step's first micro-batch: before any graph of the step exists
-            loss, stats, labels = attach_step_coefficients(self, *step)
-            self._log_pacs_metrics("train", loss, stats, labels, fresh=step[1], whole_step=True)
+        if self._pacs_split and self.model.training:
+            batches, position = self._optimizer_step_batches()
+            if position == 0 or "pacs_coef" not in inputs:  # the step's first micro-batch: before any graph of it
+                fresh, args = self._fresh_step(), self.args
+                loss, stats, labels = attach_step_coefficients(
+                    batches, functools.partial(self._reward_proxy_without_grad, on_policy=fresh),
+                    functools.partial(self._sample_weight, dtype=torch.float32), self.accelerator.gather,
+                    self.num_generations, args.generation_batch_size, args.pacs_score, args.pacs_class_weight,
+                )  # fmt: skip
+                self._log_pacs_metrics("train", loss, stats, labels, fresh=fresh, whole_step=True)
         return inputs
+
+    def _reward_proxy_without_grad(self, batch: dict, mask: torch.Tensor, on_policy: bool) -> torch.Tensor:
+        # r of the batch under the current policy, (B,): exactly 0 without a forward where the policy is the anchor
+        if self._pacs_anchor.proxy_is_zero(batch, on_policy):
+            return torch.zeros(mask.size(0), device=mask.device)
+        with self.compute_loss_context_manager():  # as the loss's own forward: r must equal the loss's r
+            logps = self._logps_without_grad(self.model, batch)
+        args = self.args
+        return compute_reward_proxy(
+            logps, self._pacs_anchor.logps(batch), mask, args.pacs_beta, args.pacs_reward_proxy
+        )
 
     # 3. the loss -----------------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
@@ -224,10 +244,7 @@ class PACSTrainer(HardenedGRPOTrainer):
         )
         gather = self.accelerator.gather
         gathered = {key: gather(stats[key]) for key in ("psi", "counted", "rewards")}
-        args = self.args  # this micro-batch's step: the first after a generation? (the split path's rule)
-        fresh = first_step_of_generation(
-            self._step, self.current_gradient_accumulation_steps, args.steps_per_generation, self.num_iterations
-        )
+        fresh = self._fresh_step()  # this micro-batch's step: the first after a generation? (the split path's rule)
         labels = gather(inputs["pacs_labels"])
         self._log_pacs_metrics("train", gather(loss.detach()).mean(), gathered, labels, fresh)
         return loss

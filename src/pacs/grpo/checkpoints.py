@@ -67,6 +67,7 @@ __all__ = [
     "save_rollout",
     "sync_checkpoint_files",
     "sync_own_files",
+    "resume_or_finished",
     "train_unless_finished",
     "write_complete_marker",
 ]
@@ -468,21 +469,31 @@ def finished_run(checkpoint: str | os.PathLike | None, args) -> str | None:
     )
 
 
-def train_unless_finished(trainer, resume_from_checkpoint: str | bool | None = None) -> bool:
-    """`trainer.train(resume_from_checkpoint=...)`, unless the checkpoint it resumes from ends the run.
-
-    Works for any `transformers.Trainer` (the GRPO baseline as well as `PACSTrainer`): resolves
-    `resume_from_checkpoint` like [`resolve_resume_checkpoint`] (`True`: the newest complete checkpoint), and when
-    [`finished_run`] says the run is over, logs why and trains nothing.
-
-    Returns:
-        `bool`: whether it trained. `False` means the run was already finished: do not save the final model again.
-    """
+def resume_or_finished(trainer, resume_from_checkpoint: str | bool | None) -> tuple[str | None, bool]:
+    """The finished-run policy, in one place: the checkpoint `trainer` resumes from ([`resolve_resume_checkpoint`];
+    `True`: the newest complete one) and whether the run is finished there ([`finished_run`], logged with why).
+    `HardenedGRPOTrainer.train` and [`train_unless_finished`] both ask it."""
     verbose = trainer.accelerator.is_main_process
     path = resolve_resume_checkpoint(resume_from_checkpoint, trainer.args.output_dir, verbose=verbose)
     message = finished_run(path, trainer.args)
     if message is not None:
         (logger.warning if verbose else logger.debug)("%s", message)
-        return False
-    trainer.train(resume_from_checkpoint=path)
-    return True
+    return path, message is not None
+
+
+def train_unless_finished(trainer, resume_from_checkpoint: str | bool | None = None) -> bool:
+    """`trainer.train(resume_from_checkpoint=...)`, unless the checkpoint it resumes from ends the run.
+
+    Works for any `transformers.Trainer` (the GRPO baseline as well as `PACSTrainer`) with [`resume_or_finished`]'s
+    policy; a `HardenedGRPOTrainer` applies it in its own `train` (which also loads the final weights).
+
+    Returns:
+        `bool`: whether it trained. `False` means the run was already finished: do not save the final model again.
+    """
+    if hasattr(trainer, "_finished_checkpoint"):  # HardenedGRPOTrainer: its `train` asks `resume_or_finished`
+        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+        return trainer._finished_checkpoint is None
+    path, finished = resume_or_finished(trainer, resume_from_checkpoint)
+    if not finished:
+        trainer.train(resume_from_checkpoint=path)
+    return not finished

@@ -7,14 +7,12 @@ the result with `GRPOTrainer._compute_loss` on the same batch): remove this modu
 from __future__ import annotations
 
 import torch
-from trl.models.utils import disable_gradient_checkpointing
 
 from .._compat import MULTIMODAL_KEYS
 
 
 __all__ = [
     "forward_inputs",
-    "logps_without_grad",
     "loss_mask",
     "per_token_kl",
     "token_mean",
@@ -45,14 +43,6 @@ def per_token_kl(
         reference = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
         kl = kl * torch.exp(per_token_logps - reference)
     return kl
-
-
-def logps_without_grad(trainer, model, batch: dict, batch_size: int | None = None) -> torch.Tensor:
-    """Per-token log-probs `(B, T)` of `batch`'s completion tokens under `model`, as GRPOTrainer computes its old and
-    reference log-probs: without grad and without activation checkpointing (which a forward without grad does not
-    need, and which warns with use_reentrant=True)."""
-    with torch.no_grad(), disable_gradient_checkpointing(trainer.model, trainer.args.gradient_checkpointing_kwargs):
-        return trainer._per_token_logps(model, batch, batch_size=batch_size)[0]
 
 
 def token_mean(accelerator, values: torch.Tensor, mask: torch.Tensor) -> float:

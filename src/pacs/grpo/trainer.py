@@ -18,22 +18,30 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   term, entropy bonus and auxiliary loss, which TRL computes inline in the `_compute_loss` being replaced).
 
 Each TRL method below is overridden here and nowhere else (`pacs._compat.check_trl` checks at import that TRL still
-has them). A subclass extends the named points instead: `_check_args(args)` once, with the checked config, before the
-model loads (PACS: where the rows of a split group live); then, in this order for every generation batch:
+has them). A subclass extends the named points instead; each receives what it acts on and returns what it adds, and
+none reads another's data from the trainer. `_check_args(args) -> dict` once, with the checked config, before the
+model loads: returns what it derives from the config (PACS: where the rows of a split group live), which `__init__`
+stores as `self._layout`; then, in this order for every generation batch of mode `mode` ("train" / "eval", read once
+when the batch starts and passed to every point):
 
 1. `_before_generation(mode)`: before the batch is generated (PACS: reset pi_ref when its schedule says so);
-2. `_after_rewards(rewards_per_func, scorable)`: right after the reward functions, with TRL's `(B_global, F)` rewards
-   and which completions any function scored, before TRL turns them into advantages (PACS: the labels);
-3. `_after_generation(output, mode) -> output`: the batch as TRL generated and scored it, before this layer's monitors
-   read it (PACS: pi_ref's log-probs, which ride with the batch);
-4. `_after_scoring(output, mode) -> output`: last; returns the batch (this process's rows) to train on (PACS: the
-   labels' rows, the split path's row exchange);
-
-`mode` ("train" / "eval") is read once, when the batch starts (TRL's continuous batching sets the model to training
-mode after generating, even in evaluation);
+2. `_after_rewards(rewards_per_func, scorable, mode) -> columns`: right after the reward functions, with TRL's
+   `(B_global, F)` rewards and which completions any function scored, before TRL turns them into advantages; returns
+   per-row columns `{name: (B_global, ...) tensor}`, which this layer slices to the process's rows (TRL's slice) and
+   attaches to the batch (PACS: the labels);
+3. `_after_scoring(output, mode) -> output`: the batch as TRL generated and scored it, with those columns, before this
+   layer's monitors read it (PACS: pi_ref's log-probs, which ride with the batch);
+4. `_after_monitors(output, mode) -> output`: last; returns the batch (this process's rows) to train or evaluate on
+   (PACS: the split path's row exchange);
 
 and at every checkpoint, `_save_extra_state(folder)` (after the checkpoint's own files, before its completion marker,
 so a complete checkpoint has it) and `_load_extra_state(checkpoint)` (after the optimizer and scheduler are restored).
+
+The model's mode is the batch's from generation to the loss and the logs: TRL's continuous batching calls
+`unwrapped_model.train()` after generating, even in evaluation, and TRL reads `model.training` again in
+`_prepare_inputs`, `_compute_loss` and `log`, so this layer puts the mode back right after TRL's generation.
+TRL's rollout buffer (a generation every `steps_per_generation * num_iterations` micro-batches, one buffered batch per
+micro-batch) is read in one place: `_generate_every`, `_mid_generation`, `_optimizer_step_batches`, `_fresh_step`.
 """
 
 from __future__ import annotations
@@ -45,16 +53,16 @@ import shutil
 
 import torch
 from trl import GRPOTrainer
+from trl.models.utils import disable_gradient_checkpointing
 
 from .._compat import check_trl, no_router_logits
 from .checkpoints import (
     COMPLETE_MARKER,
     ROLLOUT_DIR,
     TRAINER_STATE,
-    finished_run,
     load_rollout,
     missing_rank_files,
-    resolve_resume_checkpoint,
+    resume_or_finished,
     run_identity,
     save_rollout,
     sync_checkpoint_files,
@@ -73,7 +81,18 @@ from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
 check_trl()
 logger = logging.getLogger(__name__)
 
-__all__ = ["HardenedGRPOTrainer"]
+__all__ = ["HardenedGRPOTrainer", "first_step_of_generation"]
+
+
+def first_step_of_generation(micro_batch: int, accumulation: int, steps_per_generation: int, iterations: int) -> bool:
+    """Whether micro-batch number `micro_batch` (0-based, TRL's `_step`) belongs to the first optimizer step after a
+    generation: that step's completions are fresh (the policy has not trained on them).
+
+    >>> [first_step_of_generation(k, 2, 4, 1) for k in range(6)]
+    [True, True, False, False, True, True]
+    """
+    start = micro_batch - micro_batch % accumulation  # the optimizer step's first micro-batch
+    return start % (steps_per_generation * iterations) < accumulation
 
 
 class HardenedGRPOTrainer(GRPOTrainer):
@@ -103,14 +122,18 @@ class HardenedGRPOTrainer(GRPOTrainer):
         if isinstance(model, str):
             check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
         args = check_trainer_args(model, args, self._config_class, type(self).__name__, self._name)
-        self._check_args(args)
+        layout = self._check_args(args)
         check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        self._layout: dict = layout  # what `_check_args` derived from the config
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
         self._sampling_monitor = SamplingGapMonitor()
-        self._finished_checkpoint: str | None = None
+        self._finished_checkpoint: str | None = None  # `train` found the run finished there
+        self._final_weights_loaded = False  # ... and loaded its weights into the model
+        self._batch_mode: str | None = None  # the mode of the generation batch being made
+        self._batch_columns: dict[str, torch.Tensor] = {}  # `_after_rewards`' columns, until the batch is assembled
         # the run identity its checkpoints record (`pacs.grpo.checkpoints.run_identity`): the model as it was given
         self._model_id = model if isinstance(model, str) else getattr(self.model.config, "_name_or_path", "")
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
@@ -127,22 +150,27 @@ class HardenedGRPOTrainer(GRPOTrainer):
             self._metrics[mode][key].append(value)
 
     # extension points (see the module docstring), in the order they run --------------------------------------------
-    def _check_args(self, args) -> None:
-        """Once, before the model loads: a subclass's own checks of its (already type-checked) config."""
+    def _check_args(self, args) -> dict:
+        """Once, before the model loads: a subclass's own checks of its (already type-checked) config. Returns what it
+        derives from the config (`{}` here; a subclass adds its keys to `super()`'s), stored as `self._layout`."""
+        return {}
 
     def _before_generation(self, mode: str) -> None:
         """Before each generation batch of `mode` ("train" or "eval") is generated."""
 
-    def _after_rewards(self, rewards_per_func: torch.Tensor, scorable: torch.Tensor) -> None:
+    def _after_rewards(self, rewards_per_func: torch.Tensor, scorable: torch.Tensor, mode: str) -> dict:
         """Right after the reward functions: `rewards_per_func` `(B_global, F)`, NaN where a function gave `None`;
-        `scorable` `(B_global,)`, False where every function did."""
-
-    def _after_generation(self, output: dict, mode: str) -> dict:
-        """The batch as TRL generated and scored it (this process's rows), before the monitors: returns it."""
-        return output
+        `scorable` `(B_global,)`, False where every function did. Returns per-row columns `{name: (B_global, ...)}`
+        (`{}` here; a subclass adds its own to `super()`'s), attached to the batch as this process's rows."""
+        return {}
 
     def _after_scoring(self, output: dict, mode: str) -> dict:
-        """Last, after the monitors: returns the batch (this process's rows) to train on."""
+        """The batch as TRL generated and scored it (this process's rows, with `_after_rewards`' columns), before the
+        monitors: returns it."""
+        return output
+
+    def _after_monitors(self, output: dict, mode: str) -> dict:
+        """Last, after the monitors: returns the batch (this process's rows) to train or evaluate on."""
         return output
 
     def _save_extra_state(self, folder: str) -> None:
@@ -164,30 +192,44 @@ class HardenedGRPOTrainer(GRPOTrainer):
         return super().evaluate(*args, **kwargs)
 
     def _generate_single_turn(self, *args, **kwargs):
+        training = self.model.training
         with no_router_logits(self.model):  # MoE generation with router logits fails (see `pacs._compat`)
-            return super()._generate_single_turn(*args, **kwargs)
+            result = super()._generate_single_turn(*args, **kwargs)
+        if self.model.training != training:  # TRL's continuous batching calls `train()` after generating, even in eval
+            self.model.train(training)
+        return result
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_glob, F)
+        mode = self._batch_mode or self._mode
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,), gathered: every process stops together
-        mode = self._mode
         self._unlabeled_batches.update(int(scorable.sum()), scorable.numel(), mode)
         # all-wrong / all-right groups: the batch's reward sparsity, which TRL's frac_reward_zero_std does not separate
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)  # (B_glob,)
         G = self.num_generations if mode == "train" else self.num_generations_eval
         self._record(mode, group_outcome_shares(rewards, scorable, G))
-        self._after_rewards(rewards_per_func, scorable)
+        self._batch_columns = self._after_rewards(rewards_per_func, scorable, mode)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        mode = self._mode  # once: TRL's continuous batching sets training mode after generating, even in evaluation
+        mode = self._batch_mode = self._mode  # once, at the batch's start (see the module docstring)
         if mode == "train":  # test-only (`pacs.grpo.faults`): nothing happens unless PACS_TEST_KILL_AT names it
             fault_point("generation", self.state.global_step, self.accelerator.process_index)
-        self._before_generation(mode)
-        output = self._after_generation(super()._generate_and_score_completions(inputs), mode)
+        self._batch_columns = {}
+        try:
+            self._before_generation(mode)
+            output = super()._generate_and_score_completions(inputs)
+            columns, self._batch_columns = self._batch_columns, {}
+        finally:
+            self._batch_mode = None
+        n = output["prompt_ids"].size(0)  # this process's rows: TRL's slice of the gathered batch
+        start = self.accelerator.process_index * n
+        for key, column in columns.items():
+            output[key] = column[start : start + n]
+        output = self._after_scoring(output, mode)
         # vLLM's sampling log-probs vs the trainer's: stale weights show (`pacs.grpo.vllm_sync`)
         self._record(mode, self._sampling_monitor(self, output, mode))
-        output = self._after_scoring(output, mode)
+        output = self._after_monitors(output, mode)
         is_ratio = output.get("importance_sampling_ratio")
         if is_ratio is not None:  # vLLM correction: how much of the batch it drops (mask modes) and its mean ratio
             ratio = self.accelerator.gather(is_ratio.reshape(output["prompt_ids"].size(0), -1)[:, 0])  # (B_world,)
@@ -207,20 +249,20 @@ class HardenedGRPOTrainer(GRPOTrainer):
 
         A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`, or a file whose size differs
         from the one it records) is skipped with a warning that says why; a named incomplete one is an error (see
-        `pacs.grpo.checkpoints`). A checkpoint that ends the run ([`finished_run`]) trains nothing: the state is the
-        checkpoint's, and `save_model` keeps the final model already in `output_dir`.
+        `pacs.grpo.checkpoints`). A checkpoint that ends the run (`resume_or_finished`) trains nothing: the state is
+        the checkpoint's, the model gets the checkpoint's weights (what the script does next sees the final model;
+        under DeepSpeed or FSDP, where no engine exists yet, it keeps the initial ones and says so), and `save_model`
+        keeps the final model already in `output_dir`.
         """
-        verbose = self.accelerator.is_main_process
-        resume = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir, verbose=verbose)
+        resume, finished = resume_or_finished(self, resume_from_checkpoint)
         self._finished_checkpoint = None
-        message = finished_run(resume, self.args)
-        if message is not None:  # transformers would train one step past the end; see `save_model` for the rest
-            (logger.warning if verbose else logger.debug)("%s", message)
+        if finished:  # transformers would train one step past the end
             from transformers import TrainerState
             from transformers.trainer_utils import TrainOutput
 
             self._finished_checkpoint = resume
             self.state = TrainerState.load_from_json(os.path.join(resume, TRAINER_STATE))
+            self._final_weights_loaded = self._load_final_weights(resume)
             return TrainOutput(self.state.global_step, float("nan"), {})
         try:
             return super().train(
@@ -232,10 +274,22 @@ class HardenedGRPOTrainer(GRPOTrainer):
                 raise
             raise stopped from error
 
+    def _load_final_weights(self, checkpoint: str) -> bool:
+        # a finished run's model: the weights of its last checkpoint, as transformers loads them before resuming
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:  # loaded by the engine, which `train` never builds
+            if self.accelerator.is_main_process:
+                logger.warning(
+                    "The run is finished; this trainer's model keeps its initial weights (under DeepSpeed or FSDP "
+                    "they load with the engine). The final model is in %s.", self.args.output_dir,
+                )  # fmt: skip
+            return False
+        self._load_from_checkpoint(checkpoint)
+        return True
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
-        """`Trainer.save_model`, except after `train` found the run finished: the model in memory is then the
-        initial one, so the final model already in `output_dir` is kept (and pushed by `push_to_hub`), and saving
-        to another folder is an error."""
+        """`Trainer.save_model`, except after `train` found the run finished: the final model already in
+        `output_dir` is kept (and pushed by `push_to_hub`); saving to another folder writes the final weights `train`
+        loaded, or is an error where it could not load them (DeepSpeed, FSDP)."""
         finished = self._finished_checkpoint
         if finished is None:
             return super().save_model(output_dir, _internal_call=_internal_call)
@@ -244,6 +298,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
             if self.accelerator.is_main_process:
                 logger.info("Kept the final model in %s: this run was finished and trained nothing.", target)
             return None
+        if self._final_weights_loaded:
+            return super().save_model(output_dir, _internal_call=_internal_call)
         raise ValueError(
             f"Nothing was trained (the run had finished at {finished}), so this trainer holds the initial model, not "
             f"the trained one; copy the final model from {self.args.output_dir} or the weights of {finished} instead."
@@ -264,7 +320,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
                 os.remove(os.path.join(folder, COMPLETE_MARKER))
             shutil.rmtree(os.path.join(folder, ROLLOUT_DIR), ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        mid_generation = self._buffered_inputs is not None and self._step % self._generate_every != 0
+        mid_generation = self._mid_generation
         if mid_generation:
             size = save_rollout(
                 folder, self.accelerator.process_index, self.accelerator.num_processes, self._step,
@@ -323,10 +379,36 @@ class HardenedGRPOTrainer(GRPOTrainer):
                 left = self._generate_every - self._step % self._generate_every
                 logger.info("Resuming inside a generation batch: %d micro-batch(es) of it left.", left)
 
+    # TRL's rollout buffer (`GRPOTrainer._prepare_inputs`): its arithmetic, in one place -------------------------------
     @property
     def _generate_every(self) -> int:
         """Micro-batches between two generations (GRPOTrainer's `steps_per_generation * num_iterations`)."""
         return self.args.steps_per_generation * self.num_iterations
+
+    @property
+    def _mid_generation(self) -> bool:
+        """Part of the buffered generation batch is still to be trained on."""
+        return self._buffered_inputs is not None and self._step % self._generate_every != 0
+
+    def _optimizer_step_batches(self) -> tuple[list[dict], int]:
+        """The buffered micro-batches of the optimizer step that micro-batch `_step` belongs to, and `_step`'s position
+        among them (0: the step's first). GRPOTrainer trains on `_buffered_inputs[_step % steps_per_generation]`."""
+        GA, S, step = self.current_gradient_accumulation_steps, self.args.steps_per_generation, self._step
+        first = (step - step % GA) % S  # this optimizer step's first micro-batch in the buffer
+        return self._buffered_inputs[first : first + GA], step % GA
+
+    def _fresh_step(self) -> bool:
+        """Whether micro-batch `_step` belongs to the first optimizer step after a generation (see
+        [`first_step_of_generation`])."""
+        GA, S = self.current_gradient_accumulation_steps, self.args.steps_per_generation
+        return first_step_of_generation(self._step, GA, S, self.num_iterations)
+
+    def _logps_without_grad(self, model, batch: dict, batch_size: int | None = None) -> torch.Tensor:
+        """Per-token log-probs `(B, T)` of `batch`'s completion tokens under `model`, as GRPOTrainer computes its old
+        and reference log-probs: without grad and without activation checkpointing (which a forward without grad does
+        not need, and which warns with use_reentrant=True)."""
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            return self._per_token_logps(model, batch, batch_size=batch_size)[0]
 
     # for a subclass that replaces GRPO's loss ------------------------------------------------------------------------
     def _per_token_logps(self, model, inputs, **kwargs):

@@ -28,7 +28,7 @@ from accelerate.utils import is_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
 from .._compat import VLLM_PARAM_ITERATOR, replace_method
-from .terms import logps_without_grad, loss_mask
+from .terms import loss_mask
 
 
 __all__ = [
@@ -222,7 +222,7 @@ def _trainer_logps(trainer, output: dict, mode: str) -> torch.Tensor:
     """The trainer's log-probs `(B, T)` of the completion tokens, computed as TRL computes `old_per_token_logps`."""
     args = trainer.args
     batch_size = args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size
-    return logps_without_grad(trainer, trainer.model, output, batch_size)
+    return trainer._logps_without_grad(trainer.model, output, batch_size)
 
 
 def add_read_timeout(client, seconds: float | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._compat import TRL_LM_HEAD_TILE
+from ..anchors import ANCHORS
 from .launch import Launch
 from .report import GB, GiB, Plan, gib
 from .resolve import Run
@@ -41,7 +42,7 @@ def training_memory(plan: Plan, run: Run) -> TrainerMemory:
         ("gradients", f"{gib(grads)} ({run.trainable / 1e6:.0f}M trainable parameters)"),
         ("optimizer states", f"{gib(states)} ({master})"),
         *(
-            [("reference model", f"{gib(reference)} (frozen copy: beta > 0 or pacs_anchor reference)")]
+            [("reference model", f"{gib(reference)} (frozen copy: beta > 0 or {_copying_anchors()})")]
             if reference
             else []
         ),
@@ -57,6 +58,11 @@ def training_memory(plan: Plan, run: Run) -> TrainerMemory:
         rows.append(("ZeRO-3 gathered layers", gib(zero3_live)))
     rows.append(("training peak", gib(peak) + (f" of {launch.gpu_memory_gib:g} GiB" if launch.gpu_memory_gib else "")))
     return TrainerMemory(persistent=persistent, peak=peak)
+
+
+def _copying_anchors() -> str:
+    """The anchors that hold a frozen copy of the model (`pacs.anchors`), as a recipe sets them."""
+    return " or ".join(f"pacs_anchor {name}" for name, info in ANCHORS.items() if info.model_copy)
 
 
 def _model_states(run: Run) -> tuple[float, float, float, str]:

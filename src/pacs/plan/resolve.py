@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..anchors import ANCHORS
 from .launch import Launch, VllmServe
 from .shape import ModelShape
 
@@ -96,7 +97,9 @@ def resolve_run(
     """`script_args`, `args` (`PACSConfig` / `GRPOConfig`) and `model_args` (TRL's `ModelConfig`) as `pacs train`
     parses them, launched as `launch`, for a model of shape `shape`: the one `Run` the plan reads."""
     use_peft = bool(_get(model_args, "use_peft", False))
-    anchor_is_reference = _get(args, "pacs_anchor") == "reference"
+    anchor = ANCHORS.get(_get(args, "pacs_anchor"))  # `pacs.anchors`: does it hold a copy, does the copy change
+    anchor_copy = anchor is not None and anchor.model_copy
+    anchor_resets = anchor_copy and anchor.reset_setting is not None and bool(_get(args, anchor.reset_setting))
     C = args.max_completion_length or 0
     prompt_tokens, prompt_source = _prompt_tokens(script_args, args, C)
     use_vllm = bool(args.use_vllm)
@@ -113,8 +116,8 @@ def resolve_run(
         trainable=_trainable(shape, model_args, use_peft),
         learning_rate=args.learning_rate,
         gradient_checkpointing=bool(args.gradient_checkpointing),
-        reference_copy=not use_peft and (args.beta != 0.0 or anchor_is_reference),
-        reference_resets=not use_peft and anchor_is_reference and bool(_get(args, "pacs_reference_reset_generations")),
+        reference_copy=not use_peft and (args.beta != 0.0 or anchor_copy),
+        reference_resets=not use_peft and anchor_resets,
         per_device_train_batch_size=args.per_device_train_batch_size,
         num_generations=args.num_generations,
         gradient_accumulation_steps=args.gradient_accumulation_steps,

@@ -9,7 +9,7 @@ and, since r "may grow progressively larger over time due to the fixed reference
 optimizer states. The authors' first code (and `pacs_anchor="rollout"`) anchors to pi_old of each generation instead,
 which makes r = 0 on the first optimizer step after every generation.
 
-`ReferenceAnchor` holds pi_ref and its schedule for a `PACSTrainer`:
+`ReferenceAnchor` holds pi_ref and its schedule for a `PACSTrainer` (the interface: `pacs.anchors.Anchor`):
 
 1. pi_ref: for full fine-tuning a frozen copy of the initial model, built and sharded the way TRL builds its KL
    reference model (`prepare_deepspeed` under ZeRO-3); when TRL already holds that copy (`beta > 0`) and pi_ref is never
@@ -38,7 +38,7 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 
-from .grpo.terms import logps_without_grad, per_token_kl, token_mean
+from ..grpo.terms import per_token_kl, token_mean
 
 
 logger = logging.getLogger(__name__)
@@ -131,25 +131,24 @@ def copy_parameters(pairs: list[tuple[torch.nn.Parameter, torch.Tensor]]) -> Non
 class ReferenceAnchor:
     """pi_ref, its reset schedule and its log-probabilities for a `PACSTrainer` (see the module docstring)."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
-        self.every = trainer.args.pacs_reference_reset_generations
+    def __init__(self, args, model, accelerator, logps, kl_ref_model=None):
+        self.args, self.accelerator, self._logps = args, accelerator, logps
+        self.every = args.pacs_reference_reset_generations
         self.generations = 0  # training generations scored so far
         self.resets = 0
         self.at_policy = False  # pi_ref == the policy at the current generation's start: psi == 0 on its first step
-        self.warmup = trainer.args.pacs_reset_warmup_steps
+        self.warmup = args.pacs_reset_warmup_steps
         self._lrs: tuple[list[float], list[float]] | None = None  # (scheduled, written) learning rates, re-warmup
         self.lr_factor: float | None = None  # the re-warmup factor of the current optimizer step (None: no reset yet)
-        model = trainer.model
         self.peft = is_peft_model(model)
         self.shared = False  # pi_ref is TRL's KL reference model
         self.ref_model = None
         if self.peft:
             self._add_ref_adapter(model)
-        elif trainer.ref_model is not None and self.every == 0:
-            self.ref_model, self.shared = trainer.ref_model, True
+        elif kl_ref_model is not None and self.every == 0:
+            self.ref_model, self.shared = kl_ref_model, True
         else:
-            self.ref_model = self._build_ref_model()
+            self.ref_model = self._build_ref_model(model)
 
     # pi_ref ---------------------------------------------------------------------------------------------------
     def _add_ref_adapter(self, model) -> None:
@@ -177,7 +176,7 @@ class ReferenceAnchor:
     def _copy_adapter(self, model, source: str, target: str) -> None:
         copy_parameters(self._adapter_pairs(model, source, target))
 
-    def _build_ref_model(self):
+    def _build_ref_model(self, model):
         # As GRPOTrainer builds its KL reference model: the policy's checkpoint loaded again, frozen, in eval mode,
         # with TRL's fused LM head, and prepared like the policy (sharded under ZeRO-3).
         from trl.models.utils import prepare_deepspeed
@@ -188,52 +187,52 @@ class ReferenceAnchor:
             get_config_model_id,
         )
 
-        trainer, args = self.trainer, self.trainer.args
+        args, accelerator = self.args, self.accelerator
         kwargs = dict(args.model_init_kwargs or {})
         if args.distributed_state.distributed_type in ["MULTI_GPU", "DEEPSPEED"]:
             kwargs["device_map"] = None
         kwargs.setdefault("trust_remote_code", args.trust_remote_code)
-        kwargs.setdefault("dtype", trainer.model.dtype)
-        kwargs.setdefault("attn_implementation", trainer.model.config._attn_implementation)
-        ref = create_model_from_path(get_config_model_id(trainer.model.config), **kwargs)
+        kwargs.setdefault("dtype", model.dtype)
+        kwargs.setdefault("attn_implementation", model.config._attn_implementation)
+        ref = create_model_from_path(get_config_model_id(model.config), **kwargs)
         ref.requires_grad_(False)
         if args.disable_dropout:
             disable_dropout_in_model(ref)
-        add_fused_lm_head(ref, temperature=trainer.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
-        if trainer.is_deepspeed_enabled:
-            return prepare_deepspeed(ref, trainer.accelerator)
-        return trainer.accelerator.prepare_model(ref, evaluation_mode=True)
+        add_fused_lm_head(ref, temperature=args.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32)
+        if getattr(accelerator.state, "deepspeed_plugin", None) is not None:  # as `Trainer.is_deepspeed_enabled`
+            return prepare_deepspeed(ref, accelerator)
+        return accelerator.prepare_model(ref, evaluation_mode=True)
 
     def _ref_params(self) -> list[torch.nn.Parameter]:
-        return list(self.trainer.accelerator.unwrap_model(self.ref_model).parameters())
+        return list(self.accelerator.unwrap_model(self.ref_model).parameters())
 
     # the schedule ---------------------------------------------------------------------------------------------
-    def before_generation(self) -> None:
+    def before_generation(self, model, optimizer, lr_scheduler) -> None:
         """Called before each training generation: resets pi_ref when the schedule says so."""
         reset = self.every > 0 and self.generations > 0 and self.generations % self.every == 0
         self.at_policy = reset or self.generations == 0
         if reset:
-            self.reset()
+            self.reset(model, optimizer, lr_scheduler)
 
-    def reset(self) -> None:
+    def reset(self, model, optimizer, lr_scheduler) -> None:
         """pi_ref <- pi_theta (a hard copy), and the optimizer's states re-initialised when configured."""
-        trainer = self.trainer
-        model = trainer.accelerator.unwrap_model(trainer.model)
+        args = self.args
+        model = self.accelerator.unwrap_model(model)
         if self.peft:
             self._copy_adapter(model, model.active_adapter, REF_ADAPTER)
         else:
             copy_parameters(list(zip(self._ref_params(), model.parameters(), strict=True)))
-        if trainer.args.pacs_reset_optimizer and trainer.optimizer is not None:
-            reset_optimizer_states(trainer.optimizer)
+        if args.pacs_reset_optimizer and optimizer is not None:
+            reset_optimizer_states(optimizer)
         self.resets += 1
-        self.apply_rewarmup()  # this step is Adam's first since the reset
-        if trainer.accelerator.is_main_process:
+        self.apply_rewarmup(optimizer, lr_scheduler)  # this step is Adam's first since the reset
+        if self.accelerator.is_main_process:
             logger.info(
                 "PACS: reference policy reset to the current policy before generation %d (reset %d)%s.",
-                self.generations + 1, self.resets, ", optimizer states re-initialised" if trainer.args.pacs_reset_optimizer else "",
+                self.generations + 1, self.resets, ", optimizer states re-initialised" if args.pacs_reset_optimizer else "",
             )  # fmt: skip
 
-    def apply_rewarmup(self) -> None:
+    def apply_rewarmup(self, optimizer, scheduler) -> None:
         """Set the learning rate of the optimizer step about to be taken to the scheduled one times `rewarmup_factor`
         (`pacs_reset_warmup_steps`); called at each optimizer step's start and right after a reset.
 
@@ -242,7 +241,6 @@ class ReferenceAnchor:
         this method wrote is replaced by the rate it came from. A resumed run restores the scheduler and Adam's step
         count from the checkpoint, so it re-warms exactly as the uninterrupted run.
         """
-        optimizer, scheduler = self.trainer.optimizer, self.trainer.lr_scheduler
         if not self.warmup or self.resets == 0 or optimizer is None:
             return
         groups = optimizer.param_groups
@@ -258,21 +256,20 @@ class ReferenceAnchor:
         self._lrs = (scheduled, written)
         self.lr_factor = factor  # applied again in the same step (a reset): the later one holds
 
-    def after_generation(self, output: dict) -> dict:
+    def after_generation(self, output: dict, model) -> dict:
         """Adds pi_ref's per-token log-probabilities of the generation batch (`LOGPS_KEY`) to `output`."""
-        trainer = self.trainer
         self.generations += 1
         if self.shared and output.get("ref_per_token_logps") is not None:
             output[LOGPS_KEY] = output["ref_per_token_logps"]
             return output
-        batch_size = trainer.args.per_device_train_batch_size
+        batch_size = self.args.per_device_train_batch_size
         if self.peft:
             from trl.trainer.utils import use_adapter
 
-            with use_adapter(trainer.accelerator.unwrap_model(trainer.model), REF_ADAPTER):
-                output[LOGPS_KEY] = logps_without_grad(trainer, trainer.model, output, batch_size)
+            with use_adapter(self.accelerator.unwrap_model(model), REF_ADAPTER):
+                output[LOGPS_KEY] = self._logps(model, output, batch_size)
         else:
-            output[LOGPS_KEY] = logps_without_grad(trainer, self.ref_model, output, batch_size)
+            output[LOGPS_KEY] = self._logps(self.ref_model, output, batch_size)
         return output
 
     # the interface of every anchor (see `RolloutAnchor`) ---------------------------------------------------------
@@ -287,7 +284,7 @@ class ReferenceAnchor:
         """`pacs/reference_kl` (k3 estimate of KL(pi_theta || pi_ref) on the sampled tokens) and
         `pacs/reference_resets`, for each training micro-batch; `pacs/lr_factor` on each optimizer step's last."""
         kl = per_token_kl(per_token_logps.detach(), inputs[LOGPS_KEY], None, bias_correction=False)  # (B, T)
-        accelerator = self.trainer.accelerator
+        accelerator = self.accelerator
         metrics = {"pacs/reference_kl": token_mean(accelerator, kl, mask), "pacs/reference_resets": float(self.resets)}
         if self.lr_factor is not None and accelerator.sync_gradients:  # once per optimizer step, the factor it used
             metrics["pacs/lr_factor"] = self.lr_factor
@@ -301,11 +298,10 @@ class ReferenceAnchor:
     def state(self) -> dict:
         return {"generations": self.generations, "resets": self.resets, "every": self.every}
 
-    def save(self, folder: str) -> None:
+    def save(self, folder: str, model) -> None:
         """The schedule and, where `__init__` cannot rebuild it, pi_ref's weights (collective under ZeRO-3)."""
-        trainer = self.trainer
-        weights = self._ref_state_dict() if (self.peft or self.resets > 0) else None
-        if trainer.args.should_save:
+        weights = self._ref_state_dict(model) if (self.peft or self.resets > 0) else None
+        if self.args.should_save:
             os.makedirs(folder, exist_ok=True)
             if weights is not None:
                 from safetensors.torch import save_file
@@ -314,20 +310,19 @@ class ReferenceAnchor:
             with open(os.path.join(folder, STATE_FILE), "w") as f:
                 json.dump(self.state(), f)
 
-    def _ref_state_dict(self) -> dict[str, torch.Tensor]:
-        trainer = self.trainer
+    def _ref_state_dict(self, model) -> dict[str, torch.Tensor]:
         if self.peft:
-            model = trainer.accelerator.unwrap_model(trainer.model)
+            model = self.accelerator.unwrap_model(model)
             named = [(n, p) for n, p in model.named_parameters() if f".{REF_ADAPTER}." in n]
         else:
-            named = list(trainer.accelerator.unwrap_model(self.ref_model).named_parameters())
+            named = list(self.accelerator.unwrap_model(self.ref_model).named_parameters())
         weights = {}
         for name, param in named:
             with _gathered([param], modifier_rank=None):
                 weights[name] = param.detach().cpu().clone()
         return weights
 
-    def load(self, folder: str) -> None:
+    def load(self, folder: str, model) -> None:
         path = os.path.join(folder, STATE_FILE)
         if not os.path.exists(path):
             raise FileNotFoundError(
@@ -343,11 +338,8 @@ class ReferenceAnchor:
         from safetensors.torch import load_file
 
         weights = load_file(weights_path)
-        trainer = self.trainer
-        if self.peft:
-            named = dict(trainer.accelerator.unwrap_model(trainer.model).named_parameters())
-        else:
-            named = dict(trainer.accelerator.unwrap_model(self.ref_model).named_parameters())
+        source = model if self.peft else self.ref_model
+        named = dict(self.accelerator.unwrap_model(source).named_parameters())
         missing = sorted(set(weights) - set(named))
         if missing:
             raise ValueError(
@@ -363,58 +355,10 @@ class _RewarmupCallback(TrainerCallback):
     def __init__(self, anchor: ReferenceAnchor):
         self.anchor = anchor
 
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.anchor.apply_rewarmup()
-
-
-class RolloutAnchor:
-    """`pacs_anchor="rollout"`: the reward proxy's log-ratio is taken against pi_old, the policy that sampled each
-    generation (the authors' code): `None` on-policy, where r detaches and is exactly 0. Keeps no state.
-
-    The interface every anchor has (`PACSTrainer` and `pacs.split` read only this): `logps(inputs)`,
-    `proxy_is_zero(inputs, on_policy)`, `at_policy`, `before_generation()`, `after_generation(output)`,
-    `metrics(per_token_logps, inputs, mask)`, `callbacks()`, `save(folder)`, `load(checkpoint)`.
-    """
-
-    at_policy = False  # the fresh ranking is logged on every first step (0.5 there: psi == 0 on-policy)
-
-    def __init__(self, trainer):
-        self.args = trainer.args
-
-    def logps(self, inputs: dict) -> torch.Tensor | None:
-        """The log-probs `(B, T)` the reward proxy r compares the policy with; `None`: on-policy, r detaches."""
-        return inputs.get("old_per_token_logps")
-
-    def proxy_is_zero(self, inputs: dict, on_policy: bool) -> bool:
-        """r is exactly 0 on this split-path step, so its coefficients need no forward."""
-        return self.args.pacs_reward_proxy == "log_ratio" and (on_policy or self.logps(inputs) is None)
-
-    def before_generation(self) -> None:
-        pass
-
-    def after_generation(self, output: dict) -> dict:
-        return output
-
-    def metrics(self, per_token_logps: torch.Tensor, inputs: dict, mask: torch.Tensor) -> dict[str, float]:
-        return {}
-
-    def callbacks(self) -> list[TrainerCallback]:
-        return []
-
-    def save(self, folder: str) -> None:
-        pass
-
-    def load(self, checkpoint: str) -> None:
-        pass
-
-
-def make_anchor(trainer) -> RolloutAnchor | ReferenceAnchor:
-    """The anchor `trainer.args.pacs_anchor` names, for `PACSTrainer.__init__` (after `GRPOTrainer.__init__`: the
-    reference anchor builds pi_ref beside the model)."""
-    return ReferenceAnchor(trainer) if trainer.args.pacs_anchor == "reference" else RolloutAnchor(trainer)
+    def on_step_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        self.anchor.apply_rewarmup(optimizer, lr_scheduler)  # the trainer's own (transformers passes them)
 
 
 __all__ = [
-    "LOGPS_KEY", "ReferenceAnchor", "RolloutAnchor", "make_anchor", "optimizer_step_count", "reset_optimizer_states",
-    "rewarmup_factor",
+    "LOGPS_KEY", "ReferenceAnchor", "optimizer_step_count", "reset_optimizer_states", "rewarmup_factor",
 ]  # fmt: skip
