@@ -1,6 +1,6 @@
 """Does the verdict hold on a sparser warm start, and do the paper's two claims (sparse rewards, stable updates) hold?
 
-    nice python benchmarks/sparsity/sparsity.py --jobs 2 --out-dir OUT --work-dir WORK   # the study (~1.5 h, 2 cores)
+    nice python benchmarks/sparsity/sparsity.py --jobs 2 --out-dir OUT --work-dir WORK   # the study (~1 h 40 min, 2 cores)
     python benchmarks/sparsity/sparsity.py --smoke                    # one tiny run per arm (tests)
     python benchmarks/sparsity/sparsity.py --report-only              # redo sparsity.{md,png} from sparsity.json
     python benchmarks/sparsity/sparsity.py --only sparse-s80 "PACS ref N=8 reset" 0.3 1e-05 0   # one run, as JSON
