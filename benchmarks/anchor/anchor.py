@@ -201,19 +201,25 @@ def run_all(args, model_path: str) -> list[dict]:
     return load()
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default=str(HERE))
-    p.add_argument("--work-dir", default="/tmp/pacs-bench-anchor")
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+def add_tuning_args(p: argparse.ArgumentParser) -> None:
+    """The reported seeds, the tuning seed and the grids (PACS: beta x lr; GRPO/RLOO: lr), as anchor.py's protocol
+    and the sparsity study's (which uses the same rule and budget) define them."""
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--tune-seed", dest="tune_seed", type=int, default=100)
     p.add_argument("--betas", nargs="+", type=float, default=[0.1, 0.3, 1.0])
     p.add_argument("--lrs", nargs="+", type=float, default=[1e-5, 3e-5, 1e-4])
     p.add_argument("--baseline-lrs", dest="baseline_lrs", nargs="+", type=float,
                    default=[3e-6, 6e-6, 1e-5, 2e-5, 3e-5, 6e-5, 1e-4, 2e-4, 3e-4])  # fmt: skip
-    p.add_argument("--rewarmup", type=int, default=4, help="pacs_reset_warmup_steps of the reset+warmup arms")
     p.add_argument("--extend", type=int, default=1, help="grid extensions past an edge pick, at most")
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out-dir", default=str(HERE))
+    p.add_argument("--work-dir", default="/tmp/pacs-bench-anchor")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    add_tuning_args(p)
+    p.add_argument("--rewarmup", type=int, default=4, help="pacs_reset_warmup_steps of the reset+warmup arms")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--report-only", dest="report_only", action="store_true")
     p.add_argument("--only", nargs=4, metavar=("ARM", "BETA", "LR", "SEED"), help="one run, printed as JSON")

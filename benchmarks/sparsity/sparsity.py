@@ -199,13 +199,7 @@ def main(argv=None) -> dict:
     p.add_argument("--work-dir", default="/tmp/pacs-bench-sparsity")
     p.add_argument("--warm-starts", dest="warm_starts", nargs="+", default=list(WARM_STARTS))
     p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    p.add_argument("--tune-seed", dest="tune_seed", type=int, default=100)
-    p.add_argument("--betas", nargs="+", type=float, default=[0.1, 0.3, 1.0])
-    p.add_argument("--lrs", nargs="+", type=float, default=[1e-5, 3e-5, 1e-4])
-    p.add_argument("--baseline-lrs", dest="baseline_lrs", nargs="+", type=float,
-                   default=[3e-6, 6e-6, 1e-5, 2e-5, 3e-5, 6e-5, 1e-4, 2e-4, 3e-4])  # fmt: skip
-    p.add_argument("--extend", type=int, default=1, help="grid extensions past an edge pick, at most")
+    anchor.add_tuning_args(p)
     p.add_argument("--stability-factor", dest="stability_factor", type=float, default=10.0)
     p.add_argument("--stability-seeds", dest="stability_seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--jobs", type=int, default=1)

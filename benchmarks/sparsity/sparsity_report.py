@@ -253,7 +253,8 @@ def report(raw: dict, out: Path, smoke: bool = False) -> None:
                        + decide(diffs(c, ws, PAPER, ROLLOUT, auc), PAPER, ROLLOUT) + ".")  # fmt: skip
     if len(c["wss"]) > 1:
         primary.append(f"Interaction ({c['wss'][-1]} − {c['wss'][0]}, per seed): "
-                       + decide(interaction(c, PAPER, ROLLOUT), f"({PAPER} − {ROLLOUT}) sparse", "dense") + ".")  # fmt: skip
+                       + decide(interaction(c, PAPER, ROLLOUT), f"({PAPER} − {ROLLOUT}) sparse", "dense") + "; AUC "
+                       "(secondary): " + decide(interaction(c, PAPER, ROLLOUT, auc), "sparse", "dense") + ".")  # fmt: skip
     stab, counts = stability_table(c)
     lines = [
         "# Sparse rewards: does the anchor verdict hold on a sparser warm start, and do the paper's two claims hold? (CPU)",
