@@ -183,7 +183,10 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
     )
     assert isinstance(args, GRPOConfig)
     grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
-    assert {f.name for f in dataclasses.fields(args)} == grpo_fields | {"pacs_max_skipped_steps"}
+    assert {f.name for f in dataclasses.fields(args)} == grpo_fields | {
+        "pacs_max_skipped_steps",
+        "vllm_server_read_timeout",
+    }
     with pytest.raises(ValueError, match="not_an_argument"):
         parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo", "--not_an_argument", "1")
 
