@@ -261,6 +261,8 @@ def report(raw: dict, out: Path, smoke: bool = False) -> None:
         "",
         report_md.machine_markdown(info),
         f"- command: `{report_md.command(raw.get('argv') or ['sparsity.py'], 'benchmarks/sparsity/sparsity.py')}`",
+        f"- CPU kernels: {info.get('cpu_capability', 'n/a')} (lscpu flags sha256 {info.get('cpu_flags_sha256', 'n/a')}), "
+        f"{args.get('threads', 'n/a')} torch thread(s) per run; exact numbers reproduce only where these match",
         f"- code: {info.get('code', 'this checkout')}; {len(raw['runs'])} runs; protocol: `sparsity_protocol.md` "
         "(committed before the runs); verdict in words: `sparsity_verdict.md`",
         "",
