@@ -93,11 +93,11 @@ def test_every_point_gets_its_batch_and_mode_in_training_and_evaluation(tiny_mod
         assert by_point[("_before_generation", mode)]["training"] == (mode == "train")
         rewards = by_point[("_after_rewards", mode)]
         assert rewards["rewards"] == (4, 1) and rewards["scorable"] == (4,)
-        assert rewards["columns"] == {"pacs_labels": (4,), "pacs_scorable": (4,), "pacs_index": (4,)}
+        assert rewards["columns"] == {"pacs_labels": (4,), "pacs_scorable": (4,)}  # pacs_index: `_after_scoring`
         # the model is back in the batch's mode as soon as TRL has generated: before the rewards
         assert rewards["training"] == (mode == "train")
         scored = by_point[("_after_scoring", mode)]
-        assert {"pacs_labels", "pacs_scorable", "pacs_index", "advantages"} <= scored["keys"] and scored["rows"] == 4
+        assert {"pacs_labels", "pacs_scorable", "advantages"} <= scored["keys"] and scored["rows"] == 4
         expected = EVAL_LABEL if mode == "eval" else TRAIN_LABEL
         assert by_point[("_after_monitors", mode)]["labels"] == [expected] * 4  # the labels ride with the batch
     # the model's mode where TRL reads it: the training loss in training mode, the evaluation loss and its log in eval

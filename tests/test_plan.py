@@ -546,3 +546,13 @@ def test_the_readmes_commands_run_as_written(capsys, monkeypatch, tmp_path):
         recipe = read_recipe([*argv, "--use_cpu", "true"])
         assert recipe.script_args.expected_world_size == 1 or recipe.accelerate_config is not None, line
         assert not plan_recipe(argv[1], overrides=argv[2:]).errors, line
+
+
+def test_the_plan_shows_dynamic_sampling_and_its_worst_case_generation():
+    assert "dynamic sampling                off" in plan_of("qwen3_4b_grpo.yaml", gpu_memory_gb=80).render()
+    text = plan_of(
+        "qwen3_4b_grpo.yaml", "--dynamic_sampling", "true", "--dynamic_sampling_max_rounds", "3", gpu_memory_gb=80
+    ).render()
+    # 8192 completions per generation, 4 optimizer steps per generation: 3 rounds = 24576 generated, 6144 per step
+    assert "on: up to 3 rounds per generation = 24576 completions generated per generation at most, 6144 per " in text
+    assert "(off: 2048)" in text

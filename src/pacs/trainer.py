@@ -144,13 +144,22 @@ class PACSTrainer(HardenedGRPOTrainer):
         mean = (labels * scorable).sum() / count
         std = (((labels - mean) ** 2 * scorable).sum() / count).sqrt()
         self._record(mode, {"pacs/rollout_label_mean": mean.item(), "pacs/rollout_label_std": std.item()})
-        # Row number in the gathered generation batch, where rows g*G .. g*G+G-1 are one prompt's group: it lets the
-        # split path reassemble groups whatever the shuffle and the micro-batch and process boundaries.
-        index = torch.arange(labels.numel(), device=labels.device)
-        return {**columns, "pacs_labels": labels, "pacs_scorable": scorable.float(), "pacs_index": index}  # (B_glob,)
+        return {**columns, "pacs_labels": labels, "pacs_scorable": scorable.float()}  # (B_glob,)
+
+    def _sampling_signal(self, rewards_per_func, scorable, columns):
+        # dynamic sampling's "uniform" for PACS: equal labels (the loss's targets), unless a reward function is named
+        if self.args.dynamic_sampling_metric == "reward":
+            return columns["pacs_labels"], scorable
+        return super()._sampling_signal(rewards_per_func, scorable, columns)
 
     def _after_scoring(self, output: dict, mode: str) -> dict:
         output = super()._after_scoring(output, mode)
+        # Row number in the gathered generation batch (as assembled, with dynamic sampling), where rows g*G .. g*G+G-1
+        # are one prompt's group: it lets the split path reassemble groups whatever the shuffle and the micro-batch
+        # and process boundaries. Rows p*n .. p*n+n-1 are process p's (TRL's slice).
+        n = output["prompt_ids"].size(0)
+        start = self.accelerator.process_index * n
+        output["pacs_index"] = torch.arange(start, start + n, device=output["prompt_ids"].device)  # (n,)
         if mode == "train":  # pi_ref's log-probs, before the row exchange
             output = self._pacs_anchor.after_generation(output, self.model)
         return output

@@ -4,6 +4,11 @@ tests/test_checkpoints.py (which also calls `resume_runs` in-process).
 python tests/scripts/train_resume.py MODEL_DIR OUT_DIR P GA S ITERATIONS MAX_STEPS K [K ...]
 accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 1 2 4 1 4 1 3
 accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_resume.py MODEL_DIR OUT_DIR 4 1 4 1 4 2 --lora
+accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 2 2 4 1 4 1 2 3 \
+    --dynamic-sampling
+
+With `--dynamic-sampling`: `dynamic_sampling=True` on prompts of which only every third can be solved (`hard_reward`), so
+that generation batches need top-up rounds; the record then has each run's `pacs/ds/rounds`.
 
 Completions are sampled (the tiny model, temperature 1), so a resumed run matches the uninterrupted one only if it
 continues the saved generation batch and the RNG exactly. Writes `resume<rank>.json`: the relative distance of each
@@ -20,6 +25,11 @@ from train_tiny import flat_parameters, parity_reward  # the same directory
 
 from pacs import PACSTrainer
 from pacs.testing import tiny_pacs_config
+
+
+def hard_reward(prompts, completions, **kwargs):
+    """Only prompts marked "mixed" can be solved (by odd-length completions): the others make uniform groups."""
+    return [float("mixed" in p and len(c) % 2 == 1) for p, c in zip(prompts, completions, strict=True)]
 
 
 def _train(model_dir, out_dir, numbers, resume=None, lora=False, **overrides):
@@ -42,8 +52,12 @@ def _train(model_dir, out_dir, numbers, resume=None, lora=False, **overrides):
 
         peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(64)]})
+    reward = parity_reward
+    if args.dynamic_sampling:
+        dataset = Dataset.from_dict({"prompt": [f"Q{i} {'mixed' if i % 3 == 0 else 'hard'}?" for i in range(64)]})
+        reward = hard_reward
     trainer = PACSTrainer(
-        model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset, peft_config=peft_config
+        model=model_dir, reward_funcs=reward, args=args, train_dataset=dataset, peft_config=peft_config
     )
     generated_at = []  # optimizer step at each generation
     generate = trainer._generate_and_score_completions
@@ -67,6 +81,7 @@ def resume_runs(model_dir, out_dir, numbers, resume_steps, lora=False, **overrid
     )
     update = (after - before).norm().item()
     record = {"rank": trainer.accelerator.process_index, "update_norm": update, "generated_at": generated_at}
+    record["ds_rounds"] = [e["pacs/ds/rounds"] for e in trainer.state.log_history if "pacs/ds/rounds" in e]
     record["checkpoints"] = sorted(os.listdir(full_dir))
     record["resumed"] = {}
     for k in resume_steps:
@@ -85,8 +100,9 @@ def resume_runs(model_dir, out_dir, numbers, resume_steps, lora=False, **overrid
 if __name__ == "__main__":
     model_dir, out_dir, *rest = sys.argv[1:]
     lora = "--lora" in rest
+    overrides = {"dynamic_sampling": True, "max_completion_length": 6} if "--dynamic-sampling" in rest else {}
     values = [int(x) for x in rest if not x.startswith("--")]
-    result = resume_runs(model_dir, out_dir, values[:5], values[5:], lora=lora)
+    result = resume_runs(model_dir, out_dir, values[:5], values[5:], lora=lora, **overrides)
     with open(os.path.join(out_dir, f"resume{result['rank']}.json"), "w") as f:
         json.dump(result, f)
     torch.distributed.barrier() if torch.distributed.is_initialized() else None

@@ -41,6 +41,7 @@ from .._compat import TRL_REWARD_KWARGS
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "check_dynamic_sampling",
     "check_eval_batch",
     "check_model_path",
     "check_train_dataset",
@@ -446,6 +447,31 @@ def check_trainer_args(model, args, config_cls: type, trainer_name: str, algorit
         )
         raise TypeError(f"{trainer_name} needs args={name}(...), got {type(args).__name__}.{hint}")
     return args
+
+
+def check_dynamic_sampling(args, train_dataset, reward_funcs) -> None:
+    """With `args.dynamic_sampling`: the top-ups need a map-style training set (the layer draws rows by index), and a
+    `dynamic_sampling_metric` other than "reward" must name a reward function (TRL's `reward_func_names`: a function's
+    `__name__`, a reward model's name after its last `/`). Raises `ValueError` naming the fix, before the model loads.
+    """
+    if not getattr(args, "dynamic_sampling", False):
+        return
+    if train_dataset is not None and (_is_iterable_dataset(train_dataset) or not hasattr(train_dataset, "__len__")):
+        raise ValueError(
+            f"dynamic_sampling draws its top-up prompts by index, so train_dataset must be a map-style dataset (a "
+            f"`datasets.Dataset`), not {type(train_dataset).__name__}; load it without streaming=True, or turn "
+            "dynamic_sampling off."
+        )
+    metric = args.dynamic_sampling_metric
+    if metric == "reward" or reward_funcs is None:
+        return
+    funcs = [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
+    names = [f.split("/")[-1] if isinstance(f, str) else _callable_name(f) for f in funcs]
+    if metric not in names:
+        raise ValueError(
+            f"dynamic_sampling_metric={metric!r} is neither 'reward' (the weighted reward sum) nor the name of a "
+            f"reward function; the reward functions are {names}."
+        )
 
 
 def check_eval_batch(per_device_eval_batch_size: int, world_size: int, num_generations_eval: int) -> None:

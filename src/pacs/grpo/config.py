@@ -15,17 +15,36 @@ __all__ = ["HardenedGRPOConfig"]
 @dataclass
 class HardenedGRPOConfig(GRPOConfig):
     r"""
-    Configuration class for [`HardenedGRPOTrainer`]: every field of [`~trl.GRPOConfig`], unchanged, plus two.
+    Configuration class for [`HardenedGRPOTrainer`]: every field of [`~trl.GRPOConfig`], unchanged, plus the layer's.
 
-    Three differences from `GRPOConfig`:
+    The differences from `GRPOConfig`:
 
     - `gradient_checkpointing` (GRPOConfig's default, and the recipes' key) is carried over to transformers 5's
       `activation_checkpointing` before transformers warns about the old name (`pacs._compat`).
     - `vllm_server_read_timeout`: a read timeout for TRL's vLLM client in server mode.
     - `pacs_max_skipped_steps` (the `pacs_` prefix is this package's namespace, as `PACSConfig`'s fields use it): the
       non-finite gradient guard's patience.
+    - `dynamic_sampling`, `dynamic_sampling_max_rounds`, `dynamic_sampling_metric`: DAPO's dynamic sampling (generation
+      batches of groups whose rewards differ, `pacs.grpo.dynamic_sampling`), off by default. In verl:
+      `algorithm.filter_groups.enable` / `.max_num_gen_batches` / `.metric`; OpenRLHF: `--dynamic_filtering`; ms-swift:
+      `--dynamic_sample` / `--max_resample_times`; NeMo RL: `use_dynamic_sampling`.
 
     Parameters:
+        dynamic_sampling (`bool`, *optional*, defaults to `False`):
+            Train only on groups whose completions' rewards differ: the uniform groups of each training generation
+            batch are dropped and rounds of fresh prompts are generated until the batch is full again (at most
+            `dynamic_sampling_max_rounds` rounds; then uniform groups fill it, counted in `pacs/ds/fallback_groups`).
+            Evaluation is never filtered. Needs a map-style training set, `scale_rewards` "group" or "none" and
+            `multi_objective_aggregation="sum_then_normalize"` (advantages within each group).
+        dynamic_sampling_max_rounds (`int`, *optional*, defaults to `10`):
+            With `dynamic_sampling`: the most generation rounds per generation batch, the first included (verl's
+            `max_num_gen_batches`, whose default is also 10); each round generates a whole generation batch, so this
+            bounds the generation per optimizer step. `1` generates no top-ups.
+        dynamic_sampling_metric (`str`, *optional*, defaults to `"reward"`):
+            With `dynamic_sampling`: what must differ within a group. `"reward"`: each completion's
+            `reward_weights`-weighted sum of the reward functions (for PACS: its label), compared over the group's
+            scored completions (unscored ones left out; fewer than two scored: uniform); or the name of one reward
+            function (e.g. an accuracy reward beside a format reward, as verl's `metric: acc`).
         pacs_max_skipped_steps (`int`, *optional*, defaults to `5`):
             An optimizer step whose gradient norm is not finite is skipped (weights and optimizer states untouched,
             counted in `pacs/skipped_steps`, see `pacs.grpo.guards`); this many skipped in a row stop training with an
@@ -52,11 +71,53 @@ class HardenedGRPOConfig(GRPOConfig):
         },
     )
 
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Train only on groups whose rewards differ: drop the uniform groups of each training generation "
+            "batch and generate rounds of fresh prompts until it is full (verl filter_groups, OpenRLHF "
+            "--dynamic_filtering). Evaluation is never filtered."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=10,
+        metadata={
+            "help": "With dynamic_sampling: the most generation rounds per generation batch, the first included "
+            "(verl max_num_gen_batches); then uniform groups fill the batch. 1 generates no top-ups."
+        },
+    )
+    dynamic_sampling_metric: str = field(
+        default="reward",
+        metadata={
+            "help": "With dynamic_sampling: what must differ within a group: 'reward' (the weighted reward sum; for "
+            "PACS the label) or the name of one reward function (verl's metric: acc)."
+        },
+    )
+
     def __post_init__(self):
+        rounds = self.dynamic_sampling_max_rounds
+        if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+            raise ValueError(
+                f"dynamic_sampling_max_rounds must be an integer >= 1 (the first round included), got {rounds!r}; "
+                "the default is 10."
+            )
+        prefer_activation_checkpointing(self)  # GRPOConfig's default would warn in transformers 5 (_compat)
+        super().__post_init__()
+        if self.dynamic_sampling:
+            if self.scale_rewards == "batch":
+                raise ValueError(
+                    'dynamic_sampling needs advantages computed within each group, but scale_rewards="batch" '
+                    'normalises them over the whole batch, dropped rows included; use scale_rewards="group" (the '
+                    'default) or "none", or turn dynamic_sampling off.'
+                )
+            if self.multi_objective_aggregation != "sum_then_normalize":
+                raise ValueError(
+                    f"dynamic_sampling needs advantages computed within each group, but multi_objective_aggregation="
+                    f'"{self.multi_objective_aggregation}" normalises over the whole batch, dropped rows included; use '
+                    'multi_objective_aggregation="sum_then_normalize" (the default) or turn dynamic_sampling off.'
+                )
         if not isinstance(self.pacs_max_skipped_steps, int) or self.pacs_max_skipped_steps < 0:
             raise ValueError(
                 f"pacs_max_skipped_steps must be an integer >= 0 (0: never stop), got {self.pacs_max_skipped_steps!r}; "
                 "the default is 5."
             )
-        prefer_activation_checkpointing(self)  # GRPOConfig's default would warn in transformers 5 (_compat)
-        super().__post_init__()

@@ -14,6 +14,8 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   monitor that warns on stale vLLM weights; `pacs/is_masked_frac` and `pacs/is_ratio_mean` with vLLM's
   importance-sampling correction.
 - **Mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
+- **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): training generation batches of groups
+  whose rewards differ, topped up with rounds of fresh prompts, for GRPO and any subclass alike.
 - For a subclass that replaces GRPO's loss: `_per_token_logps` (a batch's log-probs) and `_add_grpo_terms` (TRL's KL
   term, entropy bonus and auxiliary loss, which TRL computes inline in the `_compute_loss` being replaced).
 
@@ -28,14 +30,17 @@ when the batch starts and passed to every point):
 2. `_after_rewards(rewards_per_func, scorable, mode) -> columns`: right after the reward functions, with TRL's
    `(B_global, F)` rewards and which completions any function scored, before TRL turns them into advantages; returns
    per-row columns `{name: (B_global, ...) tensor}`, which this layer slices to the process's rows (TRL's slice) and
-   attaches to the batch (PACS: the labels);
-3. `_after_scoring(output, mode) -> output`: the batch as TRL generated and scored it, with those columns, before this
-   layer's monitors read it (PACS: pi_ref's log-probs, which ride with the batch);
+   attaches to the batch (PACS: the labels); with dynamic sampling it runs once per generation round, and
+   `_sampling_signal(rewards_per_func, scorable, columns)` then says what must differ within a group (PACS: labels);
+3. `_after_scoring(output, mode) -> output`: the batch as TRL generated and scored it (with dynamic sampling, as
+   assembled from its rounds), with those columns, before this layer's monitors read it (PACS: pi_ref's log-probs and
+   the rows' numbers, which ride with the batch);
 4. `_after_monitors(output, mode) -> output`: last; returns the batch (this process's rows) to train or evaluate on
    (PACS: the split path's row exchange);
 
-and at every checkpoint, `_save_extra_state(folder)` (after the checkpoint's own files, before its completion marker,
-so a complete checkpoint has it) and `_load_extra_state(checkpoint)` (after the optimizer and scheduler are restored).
+Points 1, 3 and 4 run once per generation batch whatever its number of rounds; TRL's generation, its per-call
+metrics and point 2 once per round. At every checkpoint, `_save_extra_state(folder)` (after the checkpoint's own
+files, before its completion marker, so a complete checkpoint has it) and `_load_extra_state(checkpoint)` (after the optimizer and scheduler are restored).
 
 The model's mode is the batch's from generation to the loss and the logs: TRL's continuous batching calls
 `unwrapped_model.train()` after generating, even in evaluation, and TRL reads `model.training` again in
@@ -47,11 +52,14 @@ micro-batch) is read in one place: `_generate_every`, `_mid_generation`, `_optim
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import shutil
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
@@ -69,8 +77,15 @@ from .checkpoints import (
     sync_own_files,
     write_complete_marker,
 )
-from .checks import check_eval_batch, check_model_path, check_trainer_args, check_trainer_datasets
+from .checks import (
+    check_dynamic_sampling,
+    check_eval_batch,
+    check_model_path,
+    check_trainer_args,
+    check_trainer_datasets,
+)
 from .config import HardenedGRPOConfig
+from .dynamic_sampling import TopUpStream, assemble_rows, select_groups, uniform_signal
 from .faults import fault_point, optimizer_shard_fault
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .metrics import group_outcome_shares
@@ -82,6 +97,24 @@ check_trl()
 logger = logging.getLogger(__name__)
 
 __all__ = ["HardenedGRPOTrainer", "first_step_of_generation"]
+
+DYNAMIC_SAMPLING_STATE = "pacs_dynamic_sampling.json"
+"""The top-up stream's position in a checkpoint (`dynamic_sampling`), written by the main process."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One generation round of a dynamically sampled batch: which groups are uniform `(groups,)` bool, and how many
+    of its completions were scored out of how many (gathered: the same on every process)."""
+
+    uniform: torch.Tensor
+    scored: int
+    total: int
+
+
+def _prompt_key(row: dict) -> str:
+    # one prompt, whatever row it comes in: the same prompt is not drawn twice into one generation batch
+    return repr(row.get("prompt", row))
 
 
 def first_step_of_generation(micro_batch: int, accumulation: int, steps_per_generation: int, iterations: int) -> bool:
@@ -124,6 +157,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         args = check_trainer_args(model, args, self._config_class, type(self).__name__, self._name)
         layout = self._check_args(args)
         check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
+        check_dynamic_sampling(args, kwargs.get("train_dataset"), reward_funcs)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self._layout: dict = layout  # what `_check_args` derived from the config
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
@@ -134,6 +168,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._final_weights_loaded = False  # ... and loaded its weights into the model
         self._batch_mode: str | None = None  # the mode of the generation batch being made
         self._batch_columns: dict[str, torch.Tensor] = {}  # `_after_rewards`' columns, until the batch is assembled
+        self._rounds: list[Round] | None = None  # dynamic sampling: the rounds of the batch being made
+        self._topup = TopUpStream(seed=args.seed)  # dynamic sampling: where top-up prompts come from
         # the run identity its checkpoints record (`pacs.grpo.checkpoints.run_identity`): the model as it was given
         self._model_id = model if isinstance(model, str) else getattr(self.model.config, "_name_or_path", "")
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
@@ -203,13 +239,30 @@ class HardenedGRPOTrainer(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_glob, F)
         mode = self._batch_mode or self._mode
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,), gathered: every process stops together
-        self._unlabeled_batches.update(int(scorable.sum()), scorable.numel(), mode)
+        rounds = self._rounds  # dynamic sampling: this batch's rounds so far, else None
+        if rounds is None:
+            self._unlabeled_batches.update(int(scorable.sum()), scorable.numel(), mode)
         # all-wrong / all-right groups: the batch's reward sparsity, which TRL's frac_reward_zero_std does not separate
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)  # (B_glob,)
         G = self.num_generations if mode == "train" else self.num_generations_eval
         self._record(mode, group_outcome_shares(rewards, scorable, G))
         self._batch_columns = self._after_rewards(rewards_per_func, scorable, mode)
+        if rounds is not None:  # what decides "uniform" (`dynamic_sampling_metric`), gathered: every process agrees
+            values, valid = self._sampling_signal(rewards_per_func, scorable, self._batch_columns)
+            rounds.append(Round(uniform_signal(values, valid, G), int(scorable.sum()), scorable.numel()))
         return rewards_per_func
+
+    def _sampling_signal(self, rewards_per_func, scorable, columns) -> tuple[torch.Tensor, torch.Tensor]:
+        """With `dynamic_sampling`: each completion's value `(B_glob,)` that must differ within a group, and which
+        completions count `(B_glob,)` bool: `dynamic_sampling_metric` "reward", the weighted reward sum over the scored
+        completions, or one reward function's score where it gave one. `columns`: `_after_rewards`' (PACS reads its
+        labels there)."""
+        metric = self.args.dynamic_sampling_metric
+        if metric == "reward":
+            weights = self.reward_weights.to(rewards_per_func.device)
+            return (rewards_per_func * weights).nansum(dim=1), scorable
+        values = rewards_per_func[:, self.reward_func_names.index(metric)]
+        return values, ~torch.isnan(values)
 
     def _generate_and_score_completions(self, inputs):
         mode = self._batch_mode = self._mode  # once, at the batch's start (see the module docstring)
@@ -218,14 +271,12 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._batch_columns = {}
         try:
             self._before_generation(mode)
-            output = super()._generate_and_score_completions(inputs)
-            columns, self._batch_columns = self._batch_columns, {}
+            if mode == "train" and self.args.dynamic_sampling:
+                output = self._generate_rounds(inputs)
+            else:
+                output = self._generate_round(inputs)
         finally:
-            self._batch_mode = None
-        n = output["prompt_ids"].size(0)  # this process's rows: TRL's slice of the gathered batch
-        start = self.accelerator.process_index * n
-        for key, column in columns.items():
-            output[key] = column[start : start + n]
+            self._batch_mode, self._rounds = None, None
         output = self._after_scoring(output, mode)
         # vLLM's sampling log-probs vs the trainer's: stale weights show (`pacs.grpo.vllm_sync`)
         self._record(mode, self._sampling_monitor(self, output, mode))
@@ -242,6 +293,98 @@ class HardenedGRPOTrainer(GRPOTrainer):
                 },
             )
         return output
+
+    def _generate_round(self, inputs) -> dict:
+        # TRL's generation and scoring of `inputs` (this process's rows), with `_after_rewards`' columns attached
+        output = super()._generate_and_score_completions(inputs)
+        columns, self._batch_columns = self._batch_columns, {}
+        n = output["prompt_ids"].size(0)  # this process's rows: TRL's slice of the gathered batch
+        start = self.accelerator.process_index * n
+        for key, column in columns.items():
+            output[key] = column[start : start + n]
+        return output
+
+    def _generate_rounds(self, inputs) -> dict:
+        """Dynamic sampling (`pacs.grpo.dynamic_sampling`): round after round until enough groups differ or
+        `dynamic_sampling_max_rounds` is reached, then this process's rows of the assembled batch. One round whose
+        groups all differ is returned as it was generated."""
+        args, accelerator, G = self.args, self.accelerator, self.num_generations
+        n, W, p = len(inputs), accelerator.num_processes, accelerator.process_index
+        needed = n * W // G  # groups in a generation batch
+        seen_tokens = self.state.num_input_tokens_seen
+        self._rounds = rounds = []
+        batches = [self._generate_round(inputs)]
+        used = None  # the prompts of this generation batch (keys), gathered from every process on the first top-up
+        dataset = self.train_dataset
+        while sum(int((~r.uniform).sum()) for r in rounds) < needed and len(rounds) < args.dynamic_sampling_max_rounds:
+            if used is None:
+                used = set(gather_object([_prompt_key(row) for row in inputs]))
+            drawn = self._topup.draw(len(dataset), needed, lambda i: _prompt_key(dataset[i]), used)
+            if drawn is None:  # fewer fresh prompts in the data than a round needs: the fallback fills the batch
+                if accelerator.is_main_process:
+                    logger.warning(
+                        "Dynamic sampling: the training set has fewer than %d prompts not yet in this generation "
+                        "batch, so no further round is generated.", needed,
+                    )  # fmt: skip
+                break
+            rows = [i for i in drawn for _ in range(G)][p * n : (p + 1) * n]  # each prompt G times, TRL's slice
+            batches.append(self._generate_round([dataset[i] for i in rows]))
+        uniform = [r.uniform for r in rounds]
+        picks, fallback = select_groups([~u for u in uniform], needed)
+        scored, total = sum(r.scored for r in rounds), sum(r.total for r in rounds)
+        self._unlabeled_batches.update(scored, total, "train")  # once per generation batch, over its rounds
+        generated = len(rounds) * needed
+        self._topup.generated_completions += generated * G
+        if picks == [(0, g) for g in range(needed)]:
+            output = batches[0]  # every group of the first round differs: the batch as TRL made it
+        else:
+            output = self._assemble(batches, picks)
+            self.state.num_input_tokens_seen = seen_tokens + self._token_count(output)
+            self._metrics["train"]["num_tokens"] = [self.state.num_input_tokens_seen]
+        if fallback and accelerator.is_main_process:
+            logger.warning(
+                "Dynamic sampling: %d round(s) found %d of the %d groups needed whose rewards differ; %d uniform "
+                "group(s) fill the batch (pacs/ds/fallback_groups). Raise dynamic_sampling_max_rounds, use easier "
+                "prompts or a larger num_generations.", len(rounds), needed - fallback, needed, fallback,
+            )  # fmt: skip
+        self._record(
+            "train",
+            {
+                "pacs/ds/rounds": len(rounds),
+                "pacs/ds/groups_generated": generated,
+                "pacs/ds/mixed_groups_generated": sum(int((~u).sum()) for u in uniform),
+                "pacs/ds/fallback_groups": fallback,
+                "pacs/ds/generated_per_trained": generated / needed,
+            },
+        )
+        self._metrics["train"]["pacs/ds/generated_completions"] = [self._topup.generated_completions]
+        return output
+
+    def _assemble(self, batches: list[dict], picks: list[tuple[int, int]]) -> dict:
+        # every row tensor through `assemble_rows`; `num_items_in_batch` (the generation batch's loss tokens) anew
+        rows = [{k: v for k, v in b.items() if k != "num_items_in_batch"} for b in batches]
+        n = batches[0]["prompt_ids"].size(0)
+        for key, value in rows[0].items():
+            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.size(0) != n:
+                raise ValueError(
+                    f"dynamic_sampling cannot assemble the batch's {key!r} ({type(value).__name__}): only per-row "
+                    "tensors can be filtered (multimodal inputs are not supported); turn dynamic_sampling off."
+                )
+        pad_id = self._tokenizer.pad_token_id
+        output = assemble_rows(
+            rows, picks, self.num_generations, self.accelerator.process_index, self.accelerator.gather,
+            {"prompt_ids": pad_id, "completion_ids": pad_id, "tool_mask": 1},
+        )  # fmt: skip
+        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+        output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        return output
+
+    def _token_count(self, output: dict) -> int:
+        # TRL's `num_input_tokens_seen` increment for a batch: prompt and completion tokens over all processes (a
+        # completion masked out by mask_truncated_completions ran to max_completion_length)
+        completion = output["completion_mask"].sum(dim=1)  # (n,)
+        completion = torch.where(completion > 0, completion, self.args.max_completion_length)
+        return int(self.accelerator.gather(output["prompt_mask"].sum() + completion.sum()).sum())
 
     # checkpoints (`pacs.grpo.checkpoints`) ---------------------------------------------------------------------------
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
@@ -335,6 +478,9 @@ class HardenedGRPOTrainer(GRPOTrainer):
         finally:
             self.args.save_total_limit = limit
         self._save_extra_state(folder)
+        if self.args.dynamic_sampling and self.args.should_save:  # the same on every process: one file
+            with open(os.path.join(folder, DYNAMIC_SAMPLING_STATE), "w") as f:
+                json.dump(self._topup.state_dict(), f)
         sync_own_files(folder)  # each process (each machine) flushes what it wrote before anyone vouches for it
         self.accelerator.wait_for_everyone()
         if self.args.should_save:  # every process has closed its files: sync them, then the marker with their sizes
@@ -370,6 +516,10 @@ class HardenedGRPOTrainer(GRPOTrainer):
         if checkpoint is None:
             return
         self._load_extra_state(checkpoint)
+        state = os.path.join(checkpoint, DYNAMIC_SAMPLING_STATE)
+        if self.args.dynamic_sampling and os.path.isfile(state):  # else a checkpoint of a run without it: from 0
+            with open(state) as f:
+                self._topup.load_state_dict(json.load(f))
         rollout = load_rollout(
             checkpoint, self.accelerator.process_index, self.accelerator.num_processes, self.accelerator.device
         )

@@ -105,5 +105,17 @@ def batch_section(plan: Plan, run: Run) -> None:
             f"{run.prompt_tokens} prompt ({run.prompt_source}) + {C} completion = {run.seq_tokens} tokens at most",
         ),
     ]
+    rounds = run.dynamic_sampling_max_rounds
+    if rounds is None:
+        rows.append(("dynamic sampling", "off"))
+    else:  # every round generates a whole generation batch
+        most = rounds * completions
+        rows.append(
+            (
+                "dynamic sampling",
+                f"on: up to {rounds} rounds per generation = {most} completions generated per generation at most, "
+                f"{most / steps:g} per optimizer step (off: {completions / steps:g})",
+            )
+        )
     if run.runs_steps:
         rows.append(("run", f"{run.max_steps} optimizer steps = {run.max_steps / steps:g} generations"))

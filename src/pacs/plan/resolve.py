@@ -42,6 +42,7 @@ class Run:
     completions_per_generation: int
     expected_world_size: int | None
     max_steps: int
+    dynamic_sampling_max_rounds: int | None  # dynamic sampling's round limit; None: off
     # The sequences
     prompt_tokens: int  # the longest prompt
     prompt_source: str  # where that figure comes from
@@ -127,6 +128,7 @@ def resolve_run(
         completions_per_generation=batch["completions_per_generation"],
         expected_world_size=_get(script_args, "expected_world_size"),
         max_steps=args.max_steps,
+        dynamic_sampling_max_rounds=args.dynamic_sampling_max_rounds if _get(args, "dynamic_sampling") else None,
         prompt_tokens=prompt_tokens,
         prompt_source=prompt_source,
         max_completion_length=C,
