@@ -397,3 +397,19 @@ def test_resume_with_dynamic_sampling_on_two_processes_is_exact(tiny_model_dir, 
             assert run["rollout_saved"] == (int(k) % 2 == 1), k
             assert run["relative_difference"] <= 1e-6, (k, run["relative_difference"])
             assert run["generated_at"] == [s for s in record["generated_at"] if s >= int(k)], k
+
+
+@pytest.mark.parametrize("algorithm, config", [("pacs", "PACSConfig"), ("grpo", "HardenedGRPOConfig")])
+def test_pacs_train_takes_it_as_a_flag_and_refuses_a_bad_setting_in_one_line(algorithm, config, capsys):
+    from pacs.cli import main as cli_main
+    from pacs.train import parse_args
+
+    flags = ["--dynamic_sampling", "true", "--dynamic_sampling_max_rounds", "4", "--model_name_or_path", "m"]
+    _, args, _ = parse_args(["--config", "tiny_cpu", "--algorithm", algorithm, *flags])
+    assert type(args).__name__ == config
+    assert (args.dynamic_sampling, args.dynamic_sampling_max_rounds, args.dynamic_sampling_metric) == (True, 4, "reward")
+    capsys.readouterr()
+    argv = ["train", "--config", "tiny_cpu", "--algorithm", algorithm, "--dynamic_sampling", "true"]
+    assert cli_main([*argv, "--scale_rewards", "batch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pacs train: error: dynamic_sampling needs advantages") and "\n" not in err

@@ -108,11 +108,14 @@ def make_trainer(name: str, lr: float, args, model_path: str, train_dataset, see
     elif family == "grpo":
         from trl import GRPOConfig as Config
         from trl import GRPOTrainer as Trainer
+    elif family == "hardened_grpo":  # TRL's GRPO through pacs's GRPO layer (bit-identical to it; dynamic sampling)
+        from pacs.grpo import HardenedGRPOConfig as Config
+        from pacs.grpo import HardenedGRPOTrainer as Trainer
     elif family == "rloo":
         from trl import RLOOConfig as Config
         from trl import RLOOTrainer as Trainer
     else:
-        raise ValueError(f"config {name!r}: unknown trainer family {family!r}; use 'pacs', 'grpo' or 'rloo'")
+        raise ValueError(f"config {name!r}: unknown trainer family {family!r}; use 'pacs', 'grpo', 'hardened_grpo' or 'rloo'")
     config = Config(**{**common, **extra})
     return Trainer(
         model=model_path, reward_funcs=reward or _tasks.answer_reward, args=config, train_dataset=train_dataset,
