@@ -274,6 +274,15 @@ def test_gradient_term_smoke(tmp_path):
     )
     assert [p["step"] for p in raw["points"]] == [0, 2]
     assert all(p["extra_norm"] > 0 for p in raw["points"])  # the score-function term is never 0 on samples
+    # the machine it ran on, as every study records it (issue 46)
+    info = raw["info"]
+    assert info["cpu_capability"] and len(info["cpu_flags_sha256"]) == 16 and info["torch_threads"] == 1
+    assert {"cpu", "torch", "trl", "pacs", "load_average_start", "load_average_end", "code"} <= set(info)
+    saved = json.loads((tmp_path / "gradient_term_smoke.json").read_text())
+    assert saved["info"]["cpu_flags_sha256"] == info["cpu_flags_sha256"] and saved["argv"][1:3] == [
+        "--smoke",
+        "--out-dir",
+    ]
 
 
 @pytest.mark.parametrize("name", ["learning", "reuse", "smollm_compare"])
@@ -301,6 +310,7 @@ def test_committed_reports_render_from_their_json_without_the_withdrawn_columns(
         ("anchor/anchor_cost", "anchor_cost.md", ["anchor_cost.json"], []),
         ("step_cost/step_cost", "step_cost.md", ["step_cost.json"], []),
         ("step_cost/step_cost", "ab_backward.md", ["ab_backward.json"], ["--ab"]),
+        ("sparsity/sparsity", "sparsity.md", ["sparsity.json"], []),
     ],
 )
 def test_committed_reports_rerender_identically(tmp_path, script, report, inputs, flags):

@@ -154,7 +154,7 @@ def test_grpo_recipe_differs_from_pacs_only_in_the_loss(train_qwen):
     assert isinstance(pacs[1], PACSConfig) and not isinstance(grpo[1], PACSConfig)
     assert (grpo[1].loss_type, grpo[1].epsilon, grpo[1].scale_rewards) == ("dr_grpo", 0.2, "group")
     pacs_args, grpo_args = pacs[1].to_dict(), grpo[1].to_dict()
-    pacs_only = {"pacs_beta", "pacs_reward_proxy", "pacs_score", "pacs_class_weight"}
+    pacs_only = {"pacs_beta", "pacs_reward_proxy", "pacs_score", "pacs_class_weight", "pacs_uniform_groups"}
     pacs_only |= {"pacs_label_transform", "pacs_label_temperature", "pacs_label_offset"}
     pacs_only |= {"pacs_anchor", "pacs_reference_reset_generations", "pacs_reset_optimizer", "pacs_reset_warmup_steps"}
     assert set(pacs_args) - set(grpo_args) == pacs_only
@@ -173,7 +173,9 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
     from pacs import PACSConfig
 
     _, args, _ = parse_recipe(train_qwen, TINY_RECIPE)
-    assert isinstance(args, PACSConfig)
+    assert isinstance(args, PACSConfig) and args.pacs_uniform_groups == "keep"
+    _, args, _ = parse_recipe(train_qwen, TINY_RECIPE, "--pacs_uniform_groups", "drop")  # a recipe key / flag
+    assert args.pacs_uniform_groups == "drop"
     # the PACS recipe as the GRPO baseline: TRL's config under the hardened layer, the PACS settings dropped
     from pacs.grpo import HardenedGRPOConfig
 
@@ -276,6 +278,9 @@ def test_a_value_error_is_one_line_and_help_opens_with_the_recipe_usage(capsys):
     assert err.count("\n") == 1 and "--num_generations" in err and "invalid int value: 'four'" in err
     assert cli_main(["train", "--config", "tiny_cpu", "--algorithm", "ppo"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    assert cli_main(["train", "--config", "tiny_cpu", "--pacs_uniform_groups", "filter"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--pacs_uniform_groups" in err and "'keep', 'drop'" in err
     with pytest.raises(SystemExit):
         cli_main(["train", "--help"])
     head = " ".join(capsys.readouterr().out[:1000].split())

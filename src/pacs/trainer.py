@@ -197,6 +197,7 @@ class PACSTrainer(HardenedGRPOTrainer):
                     batches, functools.partial(self._reward_proxy_without_grad, on_policy=fresh),
                     functools.partial(self._sample_weight, dtype=torch.float32), self.accelerator.gather,
                     self.num_generations, args.generation_batch_size, args.pacs_score, args.pacs_class_weight,
+                    args.pacs_uniform_groups,
                 )  # fmt: skip
                 self._log_pacs_metrics("train", loss, stats, labels, fresh=fresh, whole_step=True)
         return inputs
@@ -250,9 +251,11 @@ class PACSTrainer(HardenedGRPOTrainer):
             score=self.args.pacs_score,
             class_weight=self.args.pacs_class_weight,
             sample_weight=self._sample_weight(inputs, mask, per_token_logps.dtype),
+            uniform_groups=self.args.pacs_uniform_groups,
         )
         gather = self.accelerator.gather
-        gathered = {key: gather(stats[key]) for key in ("psi", "counted", "rewards")}
+        keys = ("psi", "counted", "rewards") + (("mixed",) if self.args.pacs_uniform_groups == "drop" else ())
+        gathered = {key: gather(stats[key]) for key in keys}
         fresh = self._fresh_step()  # this micro-batch's step: the first after a generation? (the split path's rule)
         labels = gather(inputs["pacs_labels"])
         self._log_pacs_metrics("train", gather(loss.detach()).mean(), gathered, labels, fresh)
@@ -290,6 +293,9 @@ class PACSTrainer(HardenedGRPOTrainer):
         pools the step's micro-batches (`pacs.critic`); `fresh`: the step is a generation's first."""
         metrics = self._metrics[mode]
         metrics["pacs/loss"].append(float(loss))
+        if self.args.pacs_uniform_groups == "drop":  # the share of groups the loss left out
+            mixed = stats["mixed"].view(-1, self.num_generations)[:, 0]  # (groups,)
+            metrics["pacs/uniform_groups_dropped_frac"].append(1.0 - mixed.float().mean().item())
         # the samples whatever their class weight: with positive_only / negative_only, half of them weigh 0
         counted = stats["counted"]
         for key, value in critic_metrics(
