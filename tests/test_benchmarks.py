@@ -386,3 +386,31 @@ def test_sparsity_smoke(tmp_path):
         assert run["groups"] and all(g["all_wrong"] + g["all_right"] <= 1 for g in run["groups"])
     assert {s["arm"] for s in raw["uniform_share"]} == {"PACS rollout", "PACS ref N=8 reset"}
     assert (tmp_path / "sparsity_smoke.md").exists()
+
+
+def test_filtering_smoke(tmp_path):
+    filtering = _load("filtering/filtering")
+    raw = filtering.main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    assert {r["arm"] for r in raw["runs"]} == set(filtering.ARMS)
+    G = raw["args"]["num_generations"]
+    for run in raw["runs"]:  # completions generated: counted by the reward function, every round
+        assert run["generated"] == sum(g["groups"] for g in run["rounds"]) * G > 0
+        generated = [point[1] for point in run["curve"]]
+        assert generated == sorted(generated) and generated[0] == 0 and generated[-1] == run["generated"]
+        if run["arm"].endswith("+ DS"):  # the layer's own count agrees with the reward function's
+            assert run["ds"] and sum(d["groups_generated"] for d in run["ds"]) * G == run["generated"]
+        else:
+            assert run["ds"] == []
+    assert (tmp_path / "filtering_smoke.md").exists() and (tmp_path / "filtering_smoke.png").exists()
+
+
+def test_filtering_accuracy_per_generated_completion_never_counts_past_the_threshold():
+    report = _load("filtering/filtering_report")
+    assert report.thresholds(7679) == [1280, 2560, 3840, 5120, 6400]
+    assert report.thresholds(30000) == [1280, 2560, 3840, 5120, 6400, 7680, 15360, 23040]
+    run = {"generated": 9000, "curve": [(0, 0, 0.1, 0.1), (8, 1800, None, 0.2), (16, 4000, None, 0.3),
+                                        (20, 4900, 0.5, 0.4), (24, 9000, None, 0.9)]}  # fmt: skip
+    assert report.at_generated(run, 5000) == pytest.approx((0.2 + 0.3 + 0.4) / 3)  # not the eval at 9000
+    assert report.at_generated(run, 1280) == pytest.approx(0.1)  # only the step-0 evaluation is within 1280
+    assert report.at_generated(run, 10000) is None  # never reached
+    assert report.final({"curve": [(s, 0, None, s / 100) for s in (60, 80, 100, 120)]}) == pytest.approx(1.0)

@@ -270,7 +270,7 @@ def main(argv=None) -> dict:
         filtering_report.report(raw, out, smoke=args.smoke)
         return raw
     if args.smoke:  # one tiny run per arm, from an unpinned warm start; nothing reused
-        largs.warm_starts, largs.max_steps = ["smoke"], 8
+        largs.warm_starts, largs.max_steps = ["smoke"], 4
         runs = [run_one(("smoke", arm, 1.0 if ARMS[arm][1] == "pacs" else None, 1e-4, 0), largs) for arm in ARMS]
         raw = {"info": _common.machine_info(), "args": vars(largs), "runs": runs, "spot": None, "warm_starts": {}}
         out.mkdir(parents=True, exist_ok=True)
@@ -303,6 +303,7 @@ def main(argv=None) -> dict:
         "ds_picks": {f"{k[0]}|{k[1]}": v for k, v in ds_picks(runs, picks, largs.tune_seed).items()},
         "spot": spot_check(spot, sparsity_raw), "runs": runs,
     }  # fmt: skip
+    raw["info"]["load_average_end"] = _common.load_average()
     out.mkdir(parents=True, exist_ok=True)
     raw_path.write_text(json.dumps(raw, indent=1))
     filtering_report.report(raw, out)

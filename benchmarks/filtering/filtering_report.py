@@ -94,7 +94,9 @@ def cost(rs: list[dict]) -> dict:
         "rounds_max": max((d["rounds"] for d in ds), default=1),
         "fallback_batches": sum(d["fallback_groups"] > 0 for d in ds),
         "batches": batches,
-        "fallback_share": (sum(d["fallback_groups"] for d in ds) / (batches * 32)) if batches else 0.0,
+        "fallback_share": (  # of the groups trained: a batch trains groups_generated / rounds groups
+            sum(d["fallback_groups"] for d in ds) / sum(d["groups_generated"] / d["rounds"] for d in ds) if ds else 0.0
+        ),
         "minutes": statistics.mean(r["seconds"] for r in rs) / 60,
     }
 
