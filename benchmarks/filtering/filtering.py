@@ -2,6 +2,7 @@
 step and per generated completion, on both pinned warm starts (issue 46; protocol: filtering_protocol.md).
 
     nice python benchmarks/filtering/filtering.py --phase spot tune seeds --jobs 2 --work-dir WORK   # DS arms
+    nice python benchmarks/filtering/filtering.py --phase seeds-at-no-ds-picks --warm-starts sparse-s80 ...  # as run
     nice python benchmarks/filtering/filtering.py --phase uniform --jobs 2 --work-dir WORK           # uniform-out arms
     python benchmarks/filtering/filtering.py --collect --work-dir WORK     # filtering.json + report from the runs
     python benchmarks/filtering/filtering.py --report-only                 # redo filtering.{md,png} from the JSON
@@ -194,6 +195,9 @@ def specs_for(phase: str, args, picks: dict, runs: list[dict]) -> list[tuple]:
         if missing:
             raise SystemExit(f"tune first: no DS pick for {missing}")
         return [(ws, arm, *tuned[ws, arm], s) for s in args.seeds for ws in args.warm_starts for arm in DS_ARMS]
+    if phase == "seeds-at-no-ds-picks":  # the protocol's deviation (filtering_protocol.md): no DS tuning
+        return [(ws, arm, *picks[ws, ARMS[arm][0]], s) for s in args.seeds for ws in args.warm_starts
+                for arm in DS_ARMS]  # fmt: skip
     if phase == "uniform":
         return [(ws, arm, *picks[ws, ARMS[arm][0]], s) for s in args.seeds for ws in args.warm_starts
                 for arm in UNIFORM_ARMS]  # fmt: skip
@@ -247,7 +251,9 @@ def main(argv=None) -> dict:
     p.add_argument("--out-dir", default=str(HERE))
     p.add_argument("--work-dir", default="/tmp/pacs-bench-filtering")
     p.add_argument("--warm-starts", dest="warm_starts", nargs="+", default=list(WARM_STARTS))
-    p.add_argument("--phase", nargs="+", default=[], choices=["spot", "tune", "seeds", "uniform"])
+    p.add_argument(
+        "--phase", nargs="+", default=[], choices=["spot", "tune", "seeds", "seeds-at-no-ds-picks", "uniform"]
+    )
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--tune-seed", dest="tune_seed", type=int, default=100)
     p.add_argument("--jobs", type=int, default=1)
