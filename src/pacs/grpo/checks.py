@@ -42,10 +42,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "check_eval_batch",
+    "check_model_folder",
     "check_model_path",
     "check_train_dataset",
     "check_trainer_datasets",
     "check_trainer_args",
+    "reward_keywords",
 ]
 
 _NOT_FORWARDED = frozenset({"prompt", "completion", "completion_ids"})
@@ -151,6 +153,28 @@ def check_train_dataset(
         _check_reward_signature(
             func, func_name or _callable_name(func), name, columns, trl_kwargs, available, rollout_func
         )
+
+
+def reward_keywords(reward_funcs: Callable | Sequence[Callable | str]) -> list[str]:
+    """The keywords the callable `reward_funcs` name in their signatures beyond what TRL passes on its own
+    (`pacs._compat.TRL_REWARD_KWARGS`): the dataset columns they can read, in order of first mention.
+
+    >>> def needs_hint(completions, hint, solution=None, **kwargs): ...
+    >>> reward_keywords([needs_hint])
+    ['hint', 'solution']
+    """
+    funcs = [reward_funcs] if callable(reward_funcs) else list(reward_funcs)
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    names: list[str] = []
+    for func in funcs:
+        if isinstance(func, str) or not callable(func) or _is_module(func):
+            continue
+        try:
+            params = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        names += [p.name for p in params if p.kind not in variadic and p.name not in TRL_REWARD_KWARGS]
+    return list(dict.fromkeys(names))
 
 
 def check_trainer_datasets(trainer_kwargs: Mapping[str, Any], reward_funcs, args) -> None:
@@ -420,6 +444,39 @@ def check_model_path(name_or_path: str | os.PathLike) -> str:
         f"No such model directory or hub id: {text!r} (no directory {os.path.abspath(os.path.expanduser(text))}). "
         "Pass an existing local model directory (with config.json) or a hub id such as 'Qwen/Qwen3-4B-Base'."
     )
+
+
+def check_model_folder(name_or_path: str | os.PathLike) -> None:
+    """Fail in one line when a local model folder is not a model: no `config.json` (and no PEFT adapter's
+    `adapter_config.json`), or a `config.json` without `model_type` (transformers would guess the class from the
+    folder's name, or stop with a traceback). Hub ids and paths that do not exist pass (see [`check_model_path`]).
+
+    Raises:
+        `ValueError`: naming the folder, what it lacks and what to pass instead.
+    """
+    import json
+
+    path = os.path.expanduser(os.fspath(name_or_path))
+    if not os.path.isdir(path):
+        return
+    config = os.path.join(path, "config.json")
+    fix = (
+        'Pass the folder that `save_pretrained` wrote (its config.json names the `model_type`, e.g. "qwen3"), or a '
+        "hub id such as 'Qwen/Qwen3-4B-Base'."
+    )
+    if not os.path.isfile(config):
+        if os.path.isfile(os.path.join(path, "adapter_config.json")):
+            return  # a PEFT adapter: transformers loads its base model
+        raise ValueError(f"{path} is not a model folder: it has no config.json. {fix}")
+    try:
+        with open(config) as f:
+            model_type = json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(
+            f"{path} is not a model folder: its config.json does not read as a JSON object ({error}). {fix}"
+        ) from error
+    if not model_type:
+        raise ValueError(f"{path} is not a model folder: its config.json has no `model_type`. {fix}")
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -320,7 +320,14 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
     accelerate_config, launch_args, cli_launch, dropped = (
         _sort_keys(parser, argv, algorithm) if not {"-h", "--help"} & set(argv) else (None, [], [], [])
     )
-    *parsed, _, _ = parser.parse_args_and_config(argv, return_remaining_strings=True, separate_remaining_strings=True)
+    try:
+        *parsed, _, _ = parser.parse_args_and_config(
+            argv, return_remaining_strings=True, separate_remaining_strings=True
+        )
+    except ValueError as error:
+        if _asks_for_a_missing_gpu(error):
+            raise ValueError(_no_gpu_message(argv, prog)) from error
+        raise
     recipe = Recipe(*parsed, launch_args=launch_args)
     if dropped:
         logger.warning("algorithm=%s ignores the PACS settings %s", algorithm, " ".join(dropped))
@@ -328,6 +335,26 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
         recipe.accelerate_config = resolve_accelerate_config(accelerate_config)
     recipe.train_argv = _subtract_subsequence(argv, cli_launch)
     return recipe
+
+
+def _asks_for_a_missing_gpu(error: ValueError) -> bool:
+    """Whether `error` is transformers' refusal of bf16/fp16 (`TrainingArguments.__post_init__`) on a machine
+    without a GPU."""
+    import torch
+
+    text = str(error)
+    return not torch.cuda.is_available() and ("bf16/gpu" in text or ("fp16" in text and "GPU" in text))
+
+
+def _no_gpu_message(argv: list[str], prog: str) -> str:
+    """A GPU recipe on a machine without one: what to run instead (not transformers' advice to set `use_cpu`)."""
+    config = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+    name = Path(config).stem if config else "this recipe"
+    return (
+        f"{name} is written for GPUs (bf16 or fp16) and this machine has none. Check what it asks of them with "
+        f"`pacs plan --config {name}`, or train on this CPU with the CPU recipe: `{prog} --config tiny_cpu "
+        "--model_name_or_path <a small local model>` (docs/quickstart.md)."
+    )
 
 
 def launch_setting(recipe: Recipe, name: str, default=None, config_file: bool = True):
@@ -357,7 +384,7 @@ def check_inputs(
     from, the run's output folder). Raises `ValueError` or `FileNotFoundError` naming the fix."""
     from ..data import check_dataset_name
     from ..grpo.checkpoints import resolve_resume_checkpoint
-    from ..grpo.checks import check_model_path
+    from ..grpo.checks import check_model_folder, check_model_path
     from ..rewards import get_reward_funcs
 
     if not model_args.model_name_or_path:
@@ -366,6 +393,7 @@ def check_inputs(
             "recipe)."
         )
     check_model_path(model_args.model_name_or_path)
+    check_model_folder(model_args.model_name_or_path)
     check_dataset_name(script_args.dataset_name)
     get_reward_funcs(script_args.reward_funcs)
     if checkpoint:
