@@ -502,7 +502,9 @@ def test_max_prompt_tokens_is_applied_before_training(train_qwen, tiny_model_dir
         seen.update(kwargs)
         raise StopBeforeTraining
 
-    monkeypatch.setitem(train_qwen.TRAINERS, "pacs", fake_trainer)
+    monkeypatch.setitem(
+        train_qwen.ALGORITHMS, "pacs", dataclasses.replace(train_qwen.ALGORITHMS["pacs"], trainer=fake_trainer)
+    )
     monkeypatch.setattr(train_qwen, "check_training_plan", lambda *args, **kwargs: None, raising=False)
     path = tmp_path / "mixed.jsonl"
     rows = [{"problem": "1 + 1?" + " Very long." * (200 if i % 2 else 0), "answer": "2"} for i in range(6)]
@@ -624,3 +626,18 @@ def test_tiny_recipe_under_accelerate_zero3(tiny_model_dir, tmp_path):
                                              "--expected_world_size", "2", *launch)])  # fmt: skip
     assert "2 process(es), DeepSpeed ZeRO-3: 16 completions per generation" in result.stderr
     assert (output_dir / "model.safetensors").exists()  # gathered from the shards (zero3_save_16bit_model)
+
+
+def test_one_did_you_mean_and_one_algorithm_table():
+    # every "did you mean" of every subcommand comes from `pacs.cli.did_you_mean`; `algorithm` is one table
+    from pacs.recipes.reader import ALGORITHMS, ScriptArguments, make_parser
+
+    src = ROOT / "src" / "pacs"
+    said = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if re.search("did you mean", p.read_text(), re.I))
+    close = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if "get_close_matches" in p.read_text())
+    assert said == close == ["cli.py"]
+    choices = next(f for f in dataclasses.fields(ScriptArguments) if f.name == "algorithm").metadata["choices"]
+    assert choices == list(ALGORITHMS) == ["pacs", "grpo"]
+    for name, algorithm in ALGORITHMS.items():
+        assert algorithm.config in make_parser(name).dataclass_types
+        assert algorithm.trainer_class().__name__ == {"pacs": "PACSTrainer", "grpo": "HardenedGRPOTrainer"}[name]

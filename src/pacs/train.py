@@ -46,14 +46,14 @@ from pathlib import Path
 
 from trl import GRPOConfig, ModelConfig, get_peft_config
 
-from pacs import PACSTrainer
 from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
-from pacs.grpo import HardenedGRPOTrainer
 from pacs.grpo.checkpoints import run_identity, train_unless_finished
 from pacs.grpo.checks import check_trainer_datasets, reward_keywords
 from pacs.grpo.resume import remove_checkpoints, restart_count, resume_checkpoint
+from pacs.options import USER_ERRORS
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_parser: `pacs.train`'s public names)
+    ALGORITHMS,
     Recipe,
     ScriptArguments,
     check_inputs,
@@ -65,10 +65,6 @@ from pacs.rewards import get_reward_funcs
 
 
 logger = logging.getLogger(__name__)
-
-TRAINERS = {"pacs": PACSTrainer, "grpo": HardenedGRPOTrainer}
-"""`algorithm` -> the trainer (its config: `pacs.recipes.reader.CONFIGS`): PACS, or the same hardened layer with GRPO's
-own loss (the baseline)."""
 
 
 def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig, keep_columns: Sequence[str] = ()):
@@ -166,7 +162,7 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
 def train(script_args, training_args, model_args, train_dataset, eval_dataset, reward_funcs) -> None:
     """The trainer (PACS, or the GRPO baseline on identical arguments and the same hardened layer) on what `prepare`
     returned, `train()`, the saved model."""
-    trainer_cls = TRAINERS[script_args.algorithm]
+    trainer_cls = ALGORITHMS[script_args.algorithm].trainer_class()
     trainer = trainer_cls(
         model=model_args.model_name_or_path,
         reward_funcs=reward_funcs,
@@ -233,11 +229,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, GRPOConf
 # ---------------------------------------------------------------------------------------------------------------------
 # Entry points: `pacs train` (launches accelerate when asked) and `python -m pacs.train` (this process)
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-USER_ERRORS = (ValueError, FileNotFoundError)
-"""What an ordinary mistake raises before the model loads (a recipe, key or value; a model, data file, column,
-reward or checkpoint that does not exist): `pacs train` prints its message, exit 2, no traceback."""
 
 
 def _error(prog: str, error: Exception) -> int:

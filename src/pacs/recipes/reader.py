@@ -2,31 +2,55 @@
 
 A recipe (`--config NAME_OR_PATH`, `pacs.recipes.resolve_recipe`) plus command-line overrides, parsed by TRL's
 `TrlParser` into three dataclasses: [`ScriptArguments`] (below), the training arguments (`pacs.PACSConfig`, or
-`pacs.grpo.HardenedGRPOConfig` for `algorithm: grpo`: [`CONFIGS`]) and TRL's `ModelConfig`; plus the launch keys
+`pacs.grpo.HardenedGRPOConfig` for `algorithm: grpo`: [`ALGORITHMS`]) and TRL's `ModelConfig`; plus the launch keys
 (`accelerate_config`, and the options of `accelerate launch`), set aside for `pacs train` to launch with. Any other
 key is an error naming the closest valid ones. It imports no trainer, so that `pacs plan` reads a recipe exactly as
 `pacs train` does without importing `pacs.train` (which imports the planner).
 """
 
-import difflib
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from trl import GRPOConfig, ModelConfig, TrlParser
 
+from ..cli import did_you_mean
 from ..config import PACSConfig
 from ..data import PROMPT_SUFFIX, SYSTEM_PROMPT
 from ..grpo.config import HardenedGRPOConfig
+from ..options import CommandParser
 from ..rewards import REWARD_FUNCS
 from . import resolve_accelerate_config, resolve_recipe
 
 
 logger = logging.getLogger(__name__)
 
-CONFIGS = {"pacs": PACSConfig, "grpo": HardenedGRPOConfig}
-"""`algorithm` -> the training arguments' class (the trainers: `pacs.train.TRAINERS`)."""
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One `algorithm` of `pacs train`: the class its training arguments parse into, and its trainer (a class, or its
+    dotted path, imported by `trainer_class` when `pacs train` builds it: the reader imports no trainer)."""
+
+    config: type
+    trainer: Callable | str
+
+    def trainer_class(self) -> Callable:
+        if not isinstance(self.trainer, str):
+            return self.trainer
+        import importlib
+
+        module, _, name = self.trainer.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+ALGORITHMS = {
+    "pacs": Algorithm(PACSConfig, "pacs.PACSTrainer"),
+    "grpo": Algorithm(HardenedGRPOConfig, "pacs.grpo.HardenedGRPOTrainer"),  # GRPO's loss on the same hardened layer
+}
+"""The one table of `pacs train`'s `algorithm` (read by `pacs train`, `pacs plan` and the `algorithm` option's
+choices): PACS, or the GRPO baseline on identical arguments and the same checks, guards and checkpoints."""
 
 
 @dataclass
@@ -93,7 +117,7 @@ class ScriptArguments:
         default="pacs",
         metadata={
             "help": "`pacs` (PACSTrainer) or `grpo` (HardenedGRPOTrainer: GRPO's loss, for baselines).",
-            "choices": ["pacs", "grpo"],
+            "choices": list(ALGORITHMS),
         },
     )
     dataset_name: str = field(
@@ -186,16 +210,15 @@ DESCRIPTION = (
 )
 
 
-class RecipeParser(TrlParser):
-    """`TrlParser` whose errors are one line: a `ValueError` with argparse's message, not the 200-line usage."""
-
-    def error(self, message: str):
-        raise ValueError(f"{message} (`{self.prog} --help` lists every key)")
+RESUME_HELP = (
+    "Resume: `auto` (the newest complete checkpoint of output_dir, or a fresh start when there is none; the shipped "
+    "GPU recipes' setting), `true` (the newest complete checkpoint, which must exist), or a checkpoint folder."
+)
 
 
 def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
-    return RecipeParser(
-        (ScriptArguments, CONFIGS[algorithm], ModelConfig),
+    parser = CommandParser(
+        (ScriptArguments, ALGORITHMS[algorithm].config, ModelConfig),
         prog=prog,
         usage=USAGE,
         description=DESCRIPTION,
@@ -204,6 +227,9 @@ def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
         "zero3_multinode, zero3_hostfile) and the options of `accelerate launch` (--num_processes, --num_machines, "
         "--machine_rank, --main_process_ip, ...); see pacs.train's docstring.",
     )
+    # transformers' own help for this field knows neither `auto` nor `true` (pacs.grpo.checkpoints reads them)
+    parser._option_string_actions["--resume_from_checkpoint"].help = RESUME_HELP
+    return parser
 
 
 def launch_options() -> set[str]:
@@ -251,9 +277,7 @@ def _unknown_keys_error(unknown: list[tuple[str, str]], parser: TrlParser, launc
     known = sorted(key for key in options if "-" not in key)  # the underscore spelling, as in the recipes
     lines = []
     for key, where in unknown:
-        close = difflib.get_close_matches(key.lstrip("-"), known, n=3, cutoff=0.6)
-        hint = f": did you mean {' or '.join(close)}?" if close else ": no similar key."
-        lines.append(f"  {key.lstrip('-')} ({where}){hint}")
+        lines.append(f"  {key.lstrip('-')} ({where}): {did_you_mean(key.lstrip('-'), known) or 'no similar key.'}")
     return ValueError(
         "Unknown key(s), neither a training argument (`pacs train --help`: ScriptArguments, PACSConfig or GRPOConfig, "
         "ModelConfig) nor a launch key (accelerate_config, or an option of `accelerate launch` such as "
@@ -284,7 +308,9 @@ def _sort_keys(parser: TrlParser, argv: list[str], algorithm: str):
     from_recipe = [item for key, value in config.items() if key not in dests for item in (f"--{key}", str(value))]
     _, from_cli = parser.parse_known_args(cli)
     launch = launch_options()
-    not_here = {f"--{f.name}" for f in fields(PACSConfig)} - {f"--{f.name}" for f in fields(CONFIGS[algorithm])}
+    not_here = {f"--{f.name}" for f in fields(PACSConfig)} - {
+        f"--{f.name}" for f in fields(ALGORITHMS[algorithm].config)
+    }
     accelerate_config, launch_args, cli_launch, unknown, dropped = None, [], [], [], []
     for where, strings in (("in the recipe", from_recipe), ("on the command line", from_cli)):
         for key, tokens in _groups(strings):
@@ -304,7 +330,7 @@ def _sort_keys(parser: TrlParser, argv: list[str], algorithm: str):
 
 
 def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Recipe:
-    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`CONFIGS`).
+    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`ALGORITHMS`).
 
     Keys that are neither training arguments nor launch keys are an error naming the closest valid keys, raised before
     any value is checked; a PACS recipe run as the GRPO baseline (`--algorithm grpo`) drops the PACS settings its
@@ -313,7 +339,7 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
     argv = _resolve_config_argument(sys.argv[1:] if argv is None else argv)
     algorithm = "pacs"
     if not {"-h", "--help"} & set(argv):
-        first = RecipeParser(ScriptArguments, prog=prog, allow_abbrev=False)  # only `algorithm`; the rest below
+        first = CommandParser(ScriptArguments, prog=prog)  # only `algorithm`; the rest below
         script_args, _ = first.parse_args_and_config(argv, return_remaining_strings=True)
         algorithm = script_args.algorithm
     parser = make_parser(algorithm, prog)
