@@ -46,6 +46,10 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   partition the meta device's tensors ("Cannot copy out of meta tensor; no data!"): the planner's parameter count
   fell back to the formula on every ZeRO-3 launch. transformers' `set_zero3_state` marks zero.Init as already
   entered, so the build skips it. Remove when transformers skips zero.Init under `init_empty_weights` itself.
+- `only_tied_keys_missing`: transformers' `Trainer._issue_warnings_after_load` warns of "missing keys
+  ['lm_head.weight']" whenever a model with tied embeddings loads a checkpoint (its tied copy is not saved), e.g. the
+  final weights of a finished run; the trainer that loads them asks this first and ties the weights instead. Remove
+  when transformers checks the model's tied keys there itself.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ __all__ = [
     "elastic_restart_env",
     "group_shuffle",
     "no_router_logits",
+    "only_tied_keys_missing",
     "prefer_activation_checkpointing",
     "replace_method",
     "shuffle_groups",
@@ -315,6 +320,18 @@ def no_router_logits(model):
     finally:
         for config in turned_off:
             config.output_router_logits = True
+
+
+def only_tied_keys_missing(model, missing_keys: Sequence[str]) -> bool:
+    """Whether every key a checkpoint load reports missing is a weight tied to another one (`lm_head.weight` of a
+    model with `tie_word_embeddings`, which safetensors saves once): `tie_weights()` restores them, so the load lost
+    nothing. transformers' `Trainer._issue_warnings_after_load` warns "There were missing keys in the checkpoint model
+    loaded: ['lm_head.weight']" for them unless `_keys_to_ignore_on_save` lists them, which transformers 5's Qwen3
+    does not. Remove when that method checks the model's tied keys itself."""
+    if not missing_keys or not getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        return False
+    tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
+    return set(missing_keys) <= set(tied)
 
 
 @contextlib.contextmanager

@@ -236,6 +236,13 @@ def held_out_accuracy(model, tokenizer, dataset, output_dir: Path, max_new_token
     # the training reward's rule (boxed_math_reward): right *and* boxed, so dropping the box cannot look like progress
     per_problem = [int(bool(r["correct"]) and extract_answer(r["completion"]) is not None) for r in rollouts]
     correct = sum(per_problem)
+    right = sum(bool(r["correct"]) for r in rollouts)
+    if right != correct:  # the table `evaluate` logged above scores the other way: say why the two differ
+        logger.info(
+            "Held-out accuracy %.1f%% (%d/%d) counts an answer only when it is boxed and right (the training reward, "
+            "boxed_math_reward); the pass@1 table above, %.2f%% (%d/%d), also counts right answers without a box "
+            "(math_reward's fallback).", 100 * correct / n, correct, n, 100 * right / n, right, n,
+        )  # fmt: skip
     low, high = wilson_interval(correct, n)
     keep = ("problem_id", "completion", "extracted_answer", "solution", "correct")
     return {
