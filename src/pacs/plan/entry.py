@@ -191,7 +191,10 @@ def make_parser():
     """`pacs plan`'s option parser: [`PlanArguments`] through `pacs.options.CommandParser`."""
     from ..options import CommandParser
 
-    return CommandParser(PlanArguments, prog="pacs plan", description=DESCRIPTION)
+    parser = CommandParser(PlanArguments, prog="pacs plan", description=DESCRIPTION)
+    recipe = parser._option_string_actions["--config"]
+    recipe.option_strings = ["--config", "--recipe"]  # spelled as on `pacs train` in the usage and the help
+    return parser
 
 
 def run(args) -> int:
