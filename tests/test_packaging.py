@@ -262,3 +262,20 @@ def test_every_module_the_tests_import_is_installed_by_make_test():
         if not names & installed:
             missing.append(f"{module} ({', '.join(sorted(names)) or 'not installed here'}; {sorted(files)[0]})")
     assert not missing, f"imported by the tests, installed by nothing `make test` installs: {missing}"
+
+
+def test_no_test_launches_on_a_fixed_port():
+    # a port another job on the machine holds (accelerate's default 29500 first) must not fail a test: launches take
+    # `pacs.testing.free_port()` (`accelerate_launch()` adds one), never a number written in the test
+    fixed = re.compile(r"""(main_process_port|master_port|MASTER_PORT)["'=,\s]+["']?\d{4,5}""")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if fixed.search(line)
+    ]
+    assert not found, found
+    from pacs.testing import accelerate_launch
+
+    command = accelerate_launch()
+    assert command[-2] == "--main_process_port" and int(command[-1]) != 29500

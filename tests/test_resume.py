@@ -142,10 +142,11 @@ def test_max_restarts_sets_the_c10d_rendezvous(monkeypatch):
 
     for key in ("PET_RDZV_ENDPOINT", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"):
         monkeypatch.delenv(key, raising=False)
+    port = free_port()
     recipe = read_recipe(["--config", "tiny_cpu", "--accelerate_config", "zero3", "--max_restarts", "1",
-                          "--main_process_port", "29777"])  # fmt: skip
+                          "--main_process_port", str(port)])  # fmt: skip
     assert pacs.train._restart_options(recipe) == ["--rdzv_backend", "c10d"]  # the config file's `static` is ignored
-    assert os.environ["PET_RDZV_ENDPOINT"] == "127.0.0.1:29777"
+    assert os.environ["PET_RDZV_ENDPOINT"] == f"127.0.0.1:{port}"
     assert os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # torch 2.13: pytorch#135712
     assert pacs.train._restart_options(read_recipe(["--config", "tiny_cpu", "--accelerate_config", "zero3"])) == []
 
