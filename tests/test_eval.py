@@ -414,10 +414,11 @@ def test_missing_model_writes_nothing(tiny_model_dir, tmp_path, caplog):
         assert "No such model directory or hub id" in caplog.text and model in caplog.text
         assert "Repo id must be" not in caplog.text
         assert not out.exists()
-    # a directory that exists but holds no model: transformers' error, and still nothing written
+    # a directory that exists but holds no model: one line that says so, and still nothing written
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _run_cli([*argv, "--model", str(empty)]) == 2
+    assert f"{empty} is not a model folder: it has no config.json" in caplog.text
     assert not out.exists()
     # an earlier evaluation survives a failed --overwrite run, so the corrected rerun still finds it
     out.mkdir()

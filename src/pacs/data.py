@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BENCHMARKS",
     "DATA_DIR",
+    "DatasetUnavailableError",
     "PROMPT_SUFFIX",
     "SYSTEM_PROMPT",
     "TRAIN_DATASETS",
@@ -335,6 +336,11 @@ def load_train_dataset(
 DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
+class DatasetUnavailableError(FileNotFoundError, RuntimeError):
+    """A hub dataset that could not be loaded (offline, no such id, no such split): an ordinary mistake that
+    `pacs train` answers in one line, before anything launches."""
+
+
 def check_dataset_name(name: str) -> None:
     """Fail with one line when `name` is meant as a local file (a data file's suffix, or a path: `./`, `/`, `~`,
     more than one `/`) that does not exist, instead of a hub lookup's error; anything else passes (a bundled set, a
@@ -385,7 +391,7 @@ def _load_raw_train_dataset(name: str, split: str) -> tuple[Dataset, str]:
         try:
             dataset = load_dataset(hub_id, split=split)
         except Exception as e:
-            raise RuntimeError(
+            raise DatasetUnavailableError(
                 f"Could not load {hub_id!r} (split {split!r}) from the Hugging Face Hub: {e}. Offline, use the bundled "
                 "'math_train' set or a local .jsonl/.json/.parquet file instead."
             ) from e

@@ -222,7 +222,7 @@ class EvalSettings:
 def _checked_settings(model: Any, tokenizer: Any, settings: dict, output_dir: Path) -> EvalSettings:
     """`EvalSettings` from `evaluate`'s keywords, after every check that does not need the model: the settings, the
     model and tokenizer paths, the diversity score's package and model files, and that `output_dir` can be written."""
-    from ..grpo.checks import check_model_path
+    from ..grpo.checks import check_model_folder, check_model_path
 
     unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(EvalSettings)})
     if unknown:
@@ -231,6 +231,8 @@ def _checked_settings(model: Any, tokenizer: Any, settings: dict, output_dir: Pa
     for path in (model, tokenizer):
         if isinstance(path, (str, os.PathLike)):
             check_model_path(path)
+    if isinstance(model, (str, os.PathLike)):
+        check_model_folder(model)  # a folder that is not a model: one line, before anything loads
     if cfg.diversity:
         from .diversity import check_embedding_model
 
