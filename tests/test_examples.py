@@ -311,6 +311,10 @@ def ordinary_mistakes(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "no checkpoint to resume": (["--resume_from_checkpoint", "true"], "found no complete checkpoint"),
         "reward needs a column": (["--reward_funcs", "cwd_hint_rewards.needs_hint"], "needs the keyword `hint`"),
         "folder not a model": (["--model_name_or_path", str(tmp_path / "not-a-model")], "is not a model folder"),
+        "hub dataset unavailable": (
+            ["--dataset_name", "some-org/no-such-set"],
+            "Could not load 'some-org/no-such-set'",
+        ),
     }
 
 
