@@ -66,8 +66,11 @@ class ScriptArguments:
             checks, guards and checkpoints as PACS) and parses them as [`pacs.grpo.HardenedGRPOConfig`] (TRL's
             `GRPOConfig` plus `pacs_max_skipped_steps`), for side-by-side baselines.
         dataset_name (`str`, *optional*, defaults to `"math_train"`):
-            Training set: `"math_train"` (bundled, offline), `"deepscaler"` (hub), or a local `.jsonl`, `.json` or
-            `.parquet` file. Loaded with `pacs.data.load_train_dataset`.
+            Training set: `"math_train"` (bundled, offline), `"deepscaler"` (hub), a hub id, or a local `.jsonl`,
+            `.json` or `.parquet` file, in the math format (`problem_column`, `answer_column`: the paper's prompt is
+            built) or in TRL's (a `prompt` column, plain or conversational, kept as it is, and the columns the reward
+            functions take). The columns the rewards take are kept and checked before anything loads or launches.
+            Loaded with `pacs.data.load_train_dataset`.
         dataset_limit (`int`, *optional*):
             Keep only the first `dataset_limit` problems of the training set (a log line says how many were kept of
             how many); `0` keeps them all.
@@ -123,7 +126,8 @@ class ScriptArguments:
     dataset_name: str = field(
         default="math_train",
         metadata={
-            "help": "Training set: `math_train` (bundled), `deepscaler` (hub), or a local .jsonl/.json/.parquet."
+            "help": "Training set: `math_train` (bundled), `deepscaler` (hub), or a local .jsonl/.json/.parquet, in "
+            "the math format (problem/answer) or TRL's (`prompt` and the columns the rewards take, kept)."
         },
     )
     dataset_limit: int | None = field(
