@@ -430,3 +430,15 @@ def test_dropping_changes_nothing_where_every_group_is_mixed(score):
         assert all(torch.equal(a, b) for a, b in zip(results[0], other))
     with pytest.raises(ValueError, match="uniform_groups"):
         pacs_loss(logps, old, mask, labels, 4, uniform_groups="filter")
+
+
+def test_a_score_listed_without_its_own_computation_is_an_error(monkeypatch):
+    # a name added to SCORES and to no branch must fail, not compute GRPO's score under another name
+    import pacs.loss
+
+    monkeypatch.setattr(pacs.loss, "SCORES", (*SCORES, "new_score"))
+    rewards = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    with pytest.raises(NotImplementedError, match="score='new_score' is listed in SCORES"):
+        compute_score(rewards, 4, "new_score")
+    with pytest.raises(NotImplementedError, match="score='new_score' is listed in SCORES"):
+        pacs_coefficients(rewards, torch.tensor([1.0, 0.0, 1.0, 0.0]), 4, score="new_score")

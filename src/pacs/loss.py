@@ -152,12 +152,19 @@ def compute_score(
     centered = (grouped - total / n.clamp(min=1.0)) * v  # (B/G, G)
     if score == "dr_grpo":
         return centered.view(-1)
+    _check_branch(score, "grpo")
     var = centered.pow(2).sum(-1, keepdim=True) / (n - 1).clamp(min=1.0)  # (B/G, 1) unbiased
     # sqrt has an infinite derivative at 0 and psi == 0 on every on-policy step: take the root only where var > 0
     # (the "double where" keeps NaN out of the backward pass), so the loss and its gradient stay finite.
     positive = var > 0
     std = torch.where(positive, torch.where(positive, var, torch.ones_like(var)).sqrt(), torch.zeros_like(var))
     return (centered / (std + GRPO_STD_EPS)).view(-1)
+
+
+def _check_branch(score: str, branch: str) -> None:
+    """A score listed in `SCORES` without a branch of its own is an error, never `branch`'s computation."""
+    if score != branch:
+        raise NotImplementedError(f"score={score!r} is listed in SCORES but pacs.loss has no computation for it.")
 
 
 def compute_class_weights(
@@ -414,6 +421,7 @@ def pacs_coefficients(
         return (coef * v).view(-1), loss, stats
     if score == "dr_grpo":
         return ((g - g_total / n.clamp(min=1.0)) * v).view(-1), loss, stats
+    _check_branch(score, "grpo")
     r = rewards.to(g.dtype).view(-1, G)
     d = (r - (r * v).sum(-1, keepdim=True) / n.clamp(min=1.0)) * v  # (B/G, G)
     var = d.pow(2).sum(-1, keepdim=True) / (n - 1).clamp(min=1.0)  # (B/G, 1)

@@ -4,10 +4,13 @@ PACS (https://arxiv.org/abs/2509.02522) treats RLVR as supervised learning: the 
 is a label, and the policy's own group-relative log-ratio score $\\psi$ is the logit that predicts it, so the policy
 is actor and critic at once (see `pacs.loss`).
 
-The only change w.r.t. `GRPOTrainer` is the loss; generation (transformers, vLLM colocate or server), reward
-functions, reference model / KL, PEFT, DeepSpeed and logging are inherited unchanged, and the checks, guards,
-checkpoints and vLLM hardening come from `HardenedGRPOTrainer`. PACS extends that layer's named points and overrides
-two TRL methods no other class overrides:
+What changes w.r.t. `GRPOTrainer`: the loss, and what the loss needs of the batch: the generation batch is shuffled
+by whole groups instead of by rows, and, when a group does not fit in one micro-batch, rows are exchanged between
+processes and each optimizer step carries its groups' closed-form coefficients (the split path, `pacs.split`).
+Generation (transformers, vLLM colocate or server), reward functions, reference model / KL, PEFT, DeepSpeed and
+logging are inherited unchanged, and the checks, guards, checkpoints and vLLM hardening come from
+`HardenedGRPOTrainer`. PACS extends that layer's named points and overrides two TRL methods no other class
+overrides:
 
 1. `_check_args` returns the split path's layout, before the model loads; `_after_rewards` returns each completion's
    label (the `reward_weights`-weighted sum of the reward functions, each mapped by `pacs_label_transform`), checked
@@ -50,9 +53,10 @@ class PACSTrainer(HardenedGRPOTrainer):
     $r_i = \\beta \\sum_t (\\log \\pi_\\theta - \\log \\pi_{old})$. On an on-policy step the gradient is RLOO's; on the
     further optimizer steps of the same rollout the implicit critic's calibration term kicks in.
 
-    The only change w.r.t. [`~trl.GRPOTrainer`] is the loss; everything else is inherited unchanged, with the checks,
-    guards and checkpoints of [`~pacs.grpo.HardenedGRPOTrainer`]. Takes the same arguments as `GRPOTrainer`, with
-    `args` a [`PACSConfig`].
+    What changes w.r.t. [`~trl.GRPOTrainer`] is the loss and what it needs of the batch (shuffled by whole groups;
+    on the split path, rows exchanged between processes and each step's whole-group coefficients: the module's
+    docstring); everything else is inherited unchanged, with the checks, guards and checkpoints of
+    [`~pacs.grpo.HardenedGRPOTrainer`]. Takes the same arguments as `GRPOTrainer`, with `args` a [`PACSConfig`].
 
     Example:
 
