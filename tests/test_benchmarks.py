@@ -299,6 +299,7 @@ def test_committed_reports_render_from_their_json_without_the_withdrawn_columns(
         ("anchor/anchor", "anchor.md", ["anchor.json"], []),
         ("anchor/anchor_demo", "anchor_demo.md", ["anchor_demo.json"], []),
         ("anchor/anchor_cost", "anchor_cost.md", ["anchor_cost.json"], []),
+        ("dynamic_sampling/ds_cost", "ds_cost.md", ["ds_cost.json"], []),
         ("step_cost/step_cost", "step_cost.md", ["step_cost.json"], []),
         ("step_cost/step_cost", "ab_backward.md", ["ab_backward.json"], ["--ab"]),
     ],

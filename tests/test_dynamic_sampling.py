@@ -407,7 +407,11 @@ def test_pacs_train_takes_it_as_a_flag_and_refuses_a_bad_setting_in_one_line(alg
     flags = ["--dynamic_sampling", "true", "--dynamic_sampling_max_rounds", "4", "--model_name_or_path", "m"]
     _, args, _ = parse_args(["--config", "tiny_cpu", "--algorithm", algorithm, *flags])
     assert type(args).__name__ == config
-    assert (args.dynamic_sampling, args.dynamic_sampling_max_rounds, args.dynamic_sampling_metric) == (True, 4, "reward")
+    assert (args.dynamic_sampling, args.dynamic_sampling_max_rounds, args.dynamic_sampling_metric) == (
+        True,
+        4,
+        "reward",
+    )
     capsys.readouterr()
     argv = ["train", "--config", "tiny_cpu", "--algorithm", algorithm, "--dynamic_sampling", "true"]
     assert cli_main([*argv, "--scale_rewards", "batch"]) == 2

@@ -1,7 +1,7 @@
 """What dynamic sampling costs (issue 44): its overhead when it drops nothing, and the generation it spends.
 
-    nice python benchmarks/dynamic_sampling/ds_cost.py --jobs 1   # both parts (~30 min on 2 shared CPU cores)
-    python benchmarks/dynamic_sampling/ds_cost.py --smoke         # seconds (tests/test_benchmarks.py)
+    nice python benchmarks/dynamic_sampling/ds_cost.py --jobs 3   # both parts (~30 min on 2 shared CPU cores)
+    python benchmarks/dynamic_sampling/ds_cost.py --smoke         # ~1 min (tests/test_benchmarks.py)
     python benchmarks/dynamic_sampling/ds_cost.py --report-only   # redo ds_cost.md from ds_cost.json
 
 The task, model and RL settings of the sparsity study (`_tasks`: three-digit addition with a worked scratchpad, the
@@ -238,7 +238,10 @@ def render(raw: dict, out: Path, smoke: bool = False) -> str:
                                          for k, v in raw["warm_starts"].items()),
           f"- settings: {a['prompts_per_step']} prompts x {a['num_generations']} completions per optimizer step, "
           f"{a['steps_per_generation']} optimizer steps per generation; arms at the sparsity study's tuned (beta, lr) "
-          f"`{json.dumps(PICKS)}`", "",
+          f"`{json.dumps(PICKS)}`",
+          "- arms: GRPO through `pacs.grpo`'s GRPO layer (`learning.make_trainer`'s `hardened_grpo` family; with "
+          "`dynamic_sampling` off it is TRL's `GRPOTrainer` bit for bit) and PACS, rollout anchor, balanced class "
+          "weights; each with `dynamic_sampling` on and off", "",
           "## 1. Overhead when nothing is dropped", "",
           f"`{a['overhead_ws']}`, seed 0, {a['overhead_steps']} optimizer steps per run, a reward that never makes a "
           f"uniform group; {a['pairs']} pairs on/off per arm in one process, order alternating. Cells: min / "
@@ -263,7 +266,7 @@ def render(raw: dict, out: Path, smoke: bool = False) -> str:
            "**median** / max; time per step on / off: per seed, min / **median** / max.", ""]  # fmt: skip
     rows = [[f"`{c['warm_start']}`", c["arm"], len(c["seeds"]), c["generations"],
              f"**{c['generated_per_trained_mean']:.2f}**", report.ratio_cell(c["generated_per_trained"], ".2f"),
-             report.ratio_cell(c["rounds"], ".0f"), f"{c['fallback_generations']} ({c['fallback_groups']} groups)",
+             report.ratio_cell(c["rounds"], ".1f"), f"{c['fallback_generations']} ({c['fallback_groups']} groups)",
              f"{c['mixed_share_generated']:.3f}", report.num(c["all_wrong_off"]),
              f"{c['wall_per_step_on']:.2f} / {c['wall_per_step_off']:.2f}", report.ratio_cell(c["ratio_wall_per_step"]),
              report.ratio_cell(c["ratio_cpu_per_step"])] for c in raw["cost_summary"]]  # fmt: skip
@@ -282,8 +285,8 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default=str(HERE))
     p.add_argument("--work-dir", default="/tmp/pacs-bench-ds-cost")
-    p.add_argument("--pairs", type=int, default=6, help="overhead: on/off pairs per arm")
-    p.add_argument("--overhead-steps", dest="overhead_steps", type=int, default=24)
+    p.add_argument("--pairs", type=int, default=7, help="overhead: on/off pairs per arm")
+    p.add_argument("--overhead-steps", dest="overhead_steps", type=int, default=20)
     p.add_argument("--overhead-warm-start", dest="overhead_ws", default=OVERHEAD_WARM_START)
     p.add_argument("--warm-starts", dest="warm_starts", nargs="+", default=list(WARM_STARTS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
