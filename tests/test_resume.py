@@ -1,5 +1,6 @@
 """`pacs.grpo.resume` (which checkpoint a launch resumes from, the run identity, the refusals before any model loads),
-`pacs.grpo.faults` (the test-only kill hook) and the launches they serve: a worker killed under `--max_restarts 1`
+the test-only kill hook (tests/faults/sitecustomize.py, installed on a launch by its `PYTHONPATH`) and the launches
+they serve: a worker killed under `--max_restarts 1`
 (inside a generation batch, inside a checkpoint save), two machines on one host (the docs' SLURM
 lines, plain DDP), the hostfile launch's `deepspeed` command.
 
@@ -9,6 +10,7 @@ each of them ends with that run's final model, byte for byte. They run one at a 
 import base64
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -23,12 +25,11 @@ from pathlib import Path
 import pytest
 
 from pacs.grpo.checkpoints import run_identity, write_complete_marker
-from pacs.grpo.faults import ENV as KILL_ENV
-from pacs.grpo.faults import fault_point
 from pacs.grpo.resume import ResumeRefused, resume_checkpoint
 
 
 ROOT = Path(__file__).resolve().parents[1]
+FAULTS = Path(__file__).resolve().parent / "faults"  # the kill hook's `sitecustomize`: first on a launch's PYTHONPATH
 DOCS = ROOT / "docs" / "recipes.md"
 ARGS = types.SimpleNamespace(
     per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4, steps_per_generation=2
@@ -123,6 +124,17 @@ def test_pacs_train_refuses_before_launching_and_exits_2(tiny_model_dir, tmp_pat
         assert time.monotonic() - started < 60
 
 
+def _faults():
+    spec = importlib.util.spec_from_file_location("pacs_test_faults", FAULTS / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # without PACS_TEST_KILL_AT in this process's environment: installs nothing
+    return module
+
+
+faults = _faults()
+KILL_ENV, fault_point = faults.ENV, faults.fault_point
+
+
 def test_the_kill_hook_is_only_armed_on_the_first_attempt(monkeypatch):
     monkeypatch.setenv(KILL_ENV, "1:generation:4")
     fault_point("generation", 3, 1)  # not yet
@@ -133,6 +145,22 @@ def test_the_kill_hook_is_only_armed_on_the_first_attempt(monkeypatch):
     monkeypatch.setenv(KILL_ENV, "1:nowhere:4")
     with pytest.raises(ValueError, match="is not RANK:POINT:STEP"):
         fault_point("generation", 9, 1)
+
+
+def test_the_kill_hook_is_the_tests_alone_and_installs_on_a_launch():
+    # nothing of it in the wheel's code
+    src = ROOT / "src"
+    assert not [p for p in src.rglob("*.py") if re.search(r"PACS_TEST_KILL_AT|fault_point", p.read_text())]
+    # a process started with the hook on its PYTHONPATH and PACS_TEST_KILL_AT set gets the layer's two points wrapped
+    code = (
+        "import pacs.grpo.trainer as t; c = t.HardenedGRPOTrainer; "
+        "print(getattr(c, '_test_faults_installed', False), c._save_checkpoint.__module__)"
+    )
+    path = os.pathsep.join([str(FAULTS), *sys.path])
+    for env, expected in (({KILL_ENV: "1:generation:4"}, "True sitecustomize"), ({}, "False pacs.grpo.trainer")):
+        environ = {k: v for k, v in os.environ.items() if k != KILL_ENV} | {"PYTHONPATH": path, **env}
+        result = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=120)
+        assert result.stdout.split() == expected.split(), result.stderr[-2000:]
 
 
 def test_max_restarts_sets_the_c10d_rendezvous(monkeypatch):
@@ -264,7 +292,8 @@ def test_a_killed_worker_restarts_and_the_run_ends_as_the_uninterrupted_one(
     out = tmp_path / "out"
     launch = ["--accelerate_config", "zero3", "--num_processes", "2", "--main_process_port", str(free_port()),
               "--max_restarts", "1", "--resume_from_checkpoint", "auto"]  # fmt: skip
-    launched = Launched(pacs_train(tiny_model_dir, out, *launch), env={KILL_ENV: kill_at})
+    hook = {KILL_ENV: kill_at, "PYTHONPATH": os.pathsep.join([str(FAULTS), *sys.path])}  # the test-only kill hook
+    launched = Launched(pacs_train(tiny_model_dir, out, *launch), env=hook)
     text = run_ok(launched)
     killed = _kill_time(text)
 

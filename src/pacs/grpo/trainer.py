@@ -14,15 +14,13 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   monitor that warns on stale vLLM weights; `pacs/is_masked_frac` and `pacs/is_ratio_mean` with vLLM's
   importance-sampling correction.
 - **Mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
-- For a subclass that replaces GRPO's loss: `_per_token_logps` (a batch's log-probs) and `_add_grpo_terms` (TRL's KL
-  term, entropy bonus and auxiliary loss, which TRL computes inline in the `_compute_loss` being replaced).
+- `_per_token_logps` / `_logps_without_grad`: a batch's log-probs, as GRPOTrainer computes them.
 
 Each TRL method below is overridden here and nowhere else (`pacs._compat.check_trl` checks at import that TRL still
 has them). A subclass extends the named points instead; each receives what it acts on and returns what it adds, and
-none reads another's data from the trainer. `_check_args(args) -> dict` once, with the checked config, before the
-model loads: returns what it derives from the config (PACS: where the rows of a split group live), which `__init__`
-stores as `self._layout`; then, in this order for every generation batch of mode `mode` ("train" / "eval", read once
-when the batch starts and passed to every point):
+none reads another's data from the trainer. None runs before `GRPOTrainer.__init__` (what a subclass derives from
+its config belongs to the config: its `__post_init__` checks it). In this order, for every generation batch of mode
+`mode` ("train" / "eval", read once when the batch starts and passed to every point):
 
 1. `_before_generation(mode)`: before the batch is generated (PACS: reset pi_ref when its schedule says so);
 2. `_after_rewards(rewards_per_func, scorable, mode) -> columns`: right after the reward functions, with TRL's
@@ -71,10 +69,9 @@ from .checkpoints import (
 )
 from .checks import check_eval_batch, check_model_path, check_trainer_args, check_trainer_datasets
 from .config import HardenedGRPOConfig
-from .faults import fault_point, optimizer_shard_fault
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .metrics import group_outcome_shares
-from .terms import forward_inputs, per_token_kl, token_mean
+from .terms import forward_inputs
 from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
 
 
@@ -122,10 +119,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
         if isinstance(model, str):
             check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
         args = check_trainer_args(model, args, self._config_class, type(self).__name__, self._name)
-        layout = self._check_args(args)
         check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
         super().__init__(model, reward_funcs, args=args, **kwargs)
-        self._layout: dict = layout  # what `_check_args` derived from the config
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
@@ -150,11 +145,6 @@ class HardenedGRPOTrainer(GRPOTrainer):
             self._metrics[mode][key].append(value)
 
     # extension points (see the module docstring), in the order they run --------------------------------------------
-    def _check_args(self, args) -> dict:
-        """Once, before the model loads: a subclass's own checks of its (already type-checked) config. Returns what it
-        derives from the config (`{}` here; a subclass adds its keys to `super()`'s), stored as `self._layout`."""
-        return {}
-
     def _before_generation(self, mode: str) -> None:
         """Before each generation batch of `mode` ("train" or "eval") is generated."""
 
@@ -213,8 +203,6 @@ class HardenedGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         mode = self._batch_mode = self._mode  # once, at the batch's start (see the module docstring)
-        if mode == "train":  # test-only (`pacs.grpo.faults`): nothing happens unless PACS_TEST_KILL_AT names it
-            fault_point("generation", self.state.global_step, self.accelerator.process_index)
         self._batch_columns = {}
         try:
             self._before_generation(mode)
@@ -330,8 +318,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         limit = self.args.save_total_limit
         self.args.save_total_limit = None
         try:
-            with optimizer_shard_fault(self.state.global_step, self.accelerator.process_index):  # test-only
-                super()._save_checkpoint(model, trial)
+            super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
         self._save_extra_state(folder)
@@ -403,6 +390,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         GA, S = self.current_gradient_accumulation_steps, self.args.steps_per_generation
         return first_step_of_generation(self._step, GA, S, self.num_iterations)
 
+    # a batch's log-probs, as GRPOTrainer computes them ---------------------------------------------------------------
     def _logps_without_grad(self, model, batch: dict, batch_size: int | None = None) -> torch.Tensor:
         """Per-token log-probs `(B, T)` of `batch`'s completion tokens under `model`, as GRPOTrainer computes its old
         and reference log-probs: without grad and without activation checkpointing (which a forward without grad does
@@ -410,7 +398,6 @@ class HardenedGRPOTrainer(GRPOTrainer):
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             return self._per_token_logps(model, batch, batch_size=batch_size)[0]
 
-    # for a subclass that replaces GRPO's loss ------------------------------------------------------------------------
     def _per_token_logps(self, model, inputs, **kwargs):
         """`(logps, entropies, aux_loss)` of `inputs`' completion tokens under `model`, as GRPOTrainer computes them."""
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
@@ -422,53 +409,3 @@ class HardenedGRPOTrainer(GRPOTrainer):
             **kwargs,
             **forward_inputs(inputs),
         )
-
-    def _add_grpo_terms(self, mode, loss, policy_loss, per_token_logps, entropies, aux_loss, inputs, mask):
-        """`loss` (this micro-batch's policy loss) plus GRPOTrainer's other terms, scaled for gradient accumulation.
-
-        In GRPOTrainer's order: + `beta` x the KL to the reference model (per-sequence token mean, then batch mean),
-        / `gradient_accumulation_steps` (train), - the entropy bonus, + `router_aux_loss_coef` x the auxiliary loss.
-        Logs `policy_loss` (the value of `policy_loss`, with the entropy bonus), `aux_loss`, `entropy` and `kl` as
-        GRPOTrainer does (tests/test_trainer_grpo_terms.py compares them with `GRPOTrainer._compute_loss`).
-        """
-        metrics, gather = self._metrics[mode], self.accelerator.gather
-        if self.beta != 0.0:
-            old = inputs.get("old_per_token_logps")
-            kl = per_token_kl(per_token_logps, inputs["ref_per_token_logps"], old, self.args.use_bias_correction_kl)
-            loss = loss + self.beta * ((kl * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-            metrics["kl"].append(token_mean(self.accelerator, kl, mask))
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0  # no accumulation in eval
-        loss = loss / normalizer
-        if self._entropy_bonus_enabled:
-            loss = loss - self._entropy_bonus(mode, entropies, mask)
-            metrics["policy_loss"].append(gather(policy_loss.detach()).mean().item())
-        if self.aux_loss_enabled:
-            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
-            metrics["aux_loss"].append(gather(aux_loss.detach()).mean().item())
-        metrics["entropy"].append(token_mean(self.accelerator, entropies, mask))
-        return loss
-
-    def _entropy_bonus(self, mode: str, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """TRL's entropy regularisation (static `entropy_coef` or adaptive), scaled and logged as GRPOTrainer does,
-        with GRPOTrainer's controller state (`entropy_coef`, `_entropy_window_stats`, `_last_world_entropy`)."""
-        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        entropy_loss = (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
-        # the coefficient and gate of the previous optimizer step, so every micro-batch of this one uses the same
-        adaptive, args = self.use_adaptive_entropy, self.args
-        coef = self.entropy_coef if not adaptive or self._last_world_entropy <= args.entropy_target else 0.0
-        if adaptive and mode == "train":
-            stats = torch.stack([(entropies * mask).sum(), mask.sum()]).detach()
-            window = self._entropy_window_stats
-            self._entropy_window_stats = stats if window is None else window + stats
-            if self.accelerator.sync_gradients:  # optimizer-step boundary: update the coefficient for the next one
-                totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
-                world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
-                if world_entropy <= args.entropy_target:
-                    self.entropy_coef = min(self.entropy_coef + args.entropy_coef_delta, args.entropy_coef_max)
-                else:
-                    self.entropy_coef = max(self.entropy_coef - args.entropy_coef_delta, args.entropy_coef_min)
-                self._last_world_entropy = world_entropy
-                self._entropy_window_stats = None
-        if mode == "train" and self.accelerator.sync_gradients:
-            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
-        return coef * entropy_loss
