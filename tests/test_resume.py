@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from pacs.grpo.checkpoints import run_identity, write_complete_marker
-from pacs.grpo.resume import ResumeRefused, resume_checkpoint
+from pacs.grpo.checkpoints import COMPLETE_MARKER, run_identity, write_complete_marker
+from pacs.grpo.resume import ResumeRefused, resume_decision
+from pacs.grpo.run_lock import LOCK_FILE
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,12 @@ ARGS = types.SimpleNamespace(
 )
 STEPS, SAVE_STEPS = 12, 2
 TIMING_KEYS = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
+
+
+def resume_checkpoint(resume, output_dir: str, identity: dict, overwrite_output_dir: bool = False) -> str | None:
+    """The checkpoint `pacs train`'s resume decision picks (its fresh-start policy on), for a run of 100 steps."""
+    args = types.SimpleNamespace(output_dir=output_dir, max_steps=100, num_train_epochs=3.0)
+    return resume_decision(resume, args, identity, overwrite_output_dir).checkpoint
 
 
 def _checkpoint(out: Path, step: int, world_size: int = 2, **run) -> Path:
@@ -133,6 +140,26 @@ def _faults():
 
 faults = _faults()
 KILL_ENV, fault_point = faults.ENV, faults.fault_point
+
+
+def test_the_launching_process_decides_once_and_takes_no_lock(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import pacs.train
+
+    launched = []
+    monkeypatch.setattr(pacs.train, "launch", launched.append)  # what would start the workers: recorded, not run
+    out = tmp_path / "run"
+    _checkpoint(out, 4)
+    argv = ["--config", "tiny_cpu", "--model_name_or_path", "/models/tiny", "--output_dir", str(out),
+            "--accelerate_config", "zero3", "--num_processes", "2", "--resume_from_checkpoint", "auto",
+            "--max_steps", "8"]  # fmt: skip
+    monkeypatch.setattr(pacs.train, "check_inputs", lambda *args: None)  # /models/tiny: the identity's, not on disk
+    with caplog.at_level(logging.DEBUG, logger="pacs.grpo.resume"):
+        assert pacs.train.run(types.SimpleNamespace(overrides=argv)) == 0
+    decisions = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Resume decision: ")]
+    assert decisions == [f"Resume decision: resuming from {out / 'checkpoint-4'}."]  # once, in this process
+    assert len(launched) == 1 and not (out / LOCK_FILE).exists()  # the run's first process takes the lock
 
 
 def test_the_kill_hook_is_only_armed_on_the_first_attempt(monkeypatch):
@@ -313,6 +340,51 @@ def test_a_killed_worker_restarts_and_the_run_ends_as_the_uninterrupted_one(
     print(f"\n{kill_at}: kill -> training again {again - killed:.1f} s")
 
 
+def _alive(pids: list[int]) -> list[int]:
+    """The processes of `pids` still running (a zombie is not)."""
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                alive.append(pid)
+    return alive
+
+
+@pytest.mark.distributed
+def test_kill_9_of_the_launcher_leaves_no_worker_and_the_rerun_ends_as_the_uninterrupted_one(
+    reference, tiny_model_dir, tmp_path
+):
+    out = tmp_path / "out"
+
+    def launch() -> Launched:
+        options = ["--accelerate_config", "zero3", "--num_processes", "2", "--main_process_port", str(free_port()),
+                   "--resume_from_checkpoint", "auto"]  # fmt: skip
+        return Launched(pacs_train(tiny_model_dir, out, *options))
+
+    first = launch()
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint-4" / COMPLETE_MARKER).exists():  # training, with complete checkpoints behind it
+        assert first.proc.poll() is None and time.monotonic() < deadline, first.text()[-5000:]
+        time.sleep(0.1)
+    workers = _descendants(first.proc.pid)
+    assert len(workers) >= 2 and (out / LOCK_FILE).exists()
+    # 1. kill -9 of the launcher's process group: torchrun's workers run in sessions of their own, out of its reach;
+    #    they stop by themselves (their parent-death signal), within a bounded time
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    deadline = time.monotonic() + 30
+    while _alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(workers), f"workers alive 30 s after the launcher's kill -9: {_alive(workers)}"
+    # 2. the same command again: it takes over the dead run's lock, resumes, and ends as the uninterrupted run
+    text = run_ok(launch())
+    assert "Taking over the lock of" in text and "on this host is gone" in text
+    assert "Resuming from" in text
+    assert sha256(out / "model.safetensors") == sha256(reference / "model.safetensors")
+    assert log_history(out) == log_history(reference)
+    assert not (out / LOCK_FILE).exists()
+
+
 def slurm_script(model_dir: str, out: Path, port: int) -> str:
     """The docs' SLURM lines with the allowed substitutions: the tiny recipe and model, 1 process per node, CPU flags."""
     block = re.search(r"```bash\n(#!/bin/bash\n#SBATCH.*?)```", DOCS.read_text(), re.S).group(1)
@@ -418,4 +490,4 @@ def test_the_hostfile_launch_builds_the_deepspeed_command(tiny_model_dir, tmp_pa
     assert "--module" in argv[:module]
     assert argv[module + 1 : module + 3] == ["--config", str(ROOT / "src" / "pacs" / "recipes" / "tiny_cpu.yaml")]
     assert "ACCELERATE_DEEPSPEED_ZERO_STAGE=3" in " ".join(argv)
-    assert not (tmp_path / "out").exists()  # nothing trained here: pdsh would have started the nodes
+    assert not (tmp_path / "out").exists()  # nothing trained here (pdsh would have started the nodes), no lock taken

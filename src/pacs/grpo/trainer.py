@@ -9,7 +9,8 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   completion), generation batches without a single reward (a warning, then a stop), and optimizer steps whose gradient
   norm is not finite (skipped, counted in `pacs/skipped_steps`, `pacs_max_skipped_steps` in a row stop the run).
 - **Crash-safe, exact checkpoints** (`pacs.grpo.checkpoints`): fsynced files and a completion marker, resume from the
-  newest complete checkpoint, mid-generation resume with the buffered rollout, no training past a finished run.
+  newest complete checkpoint, mid-generation resume with the buffered rollout, no training past a finished run (the
+  resume decision, `pacs.grpo.resume.resume_decision`, made once and read by `train` and `save_model`).
 - **vLLM** (`pacs.grpo.vllm_sync`): the LoRA push without drift of the frozen base weights, and the sampling-gap
   monitor that warns on stale vLLM weights; `pacs/is_masked_frac` and `pacs/is_ratio_mean` with vLLM's
   importance-sampling correction.
@@ -60,7 +61,6 @@ from .checkpoints import (
     TRAINER_STATE,
     load_rollout,
     missing_rank_files,
-    resume_or_finished,
     run_identity,
     save_rollout,
     sync_checkpoint_files,
@@ -71,6 +71,7 @@ from .checks import check_eval_batch, check_model_path, check_trainer_args, chec
 from .config import HardenedGRPOConfig
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .metrics import group_outcome_shares
+from .resume import Resume, resume_decision
 from .terms import forward_inputs
 from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
 
@@ -125,8 +126,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
         self._sampling_monitor = SamplingGapMonitor()
-        self._finished_checkpoint: str | None = None  # `train` found the run finished there
-        self._final_weights_loaded = False  # ... and loaded its weights into the model
+        self._resume: Resume | None = None  # the resume decision `train` read (`pacs.grpo.resume`)
+        self._final_weights_loaded = False  # the run was finished, and `train` loaded its weights into the model
         self._batch_mode: str | None = None  # the mode of the generation batch being made
         self._batch_columns: dict[str, torch.Tensor] = {}  # `_after_rewards`' columns, until the batch is assembled
         # the run identity its checkpoints record (`pacs.grpo.checkpoints.run_identity`): the model as it was given
@@ -235,27 +236,33 @@ class HardenedGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """`Trainer.train`, resuming from the newest *complete* checkpoint for `resume_from_checkpoint=True`.
 
-        A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`, or a file whose size differs
-        from the one it records) is skipped with a warning that says why; a named incomplete one is an error (see
-        `pacs.grpo.checkpoints`). A checkpoint that ends the run (`resume_or_finished`) trains nothing: the state is
-        the checkpoint's, the model gets the checkpoint's weights (what the script does next sees the final model;
-        under DeepSpeed or FSDP, where no engine exists yet, it keeps the initial ones and says so), and `save_model`
-        keeps the final model already in `output_dir`.
+        `resume_from_checkpoint` is the setting (`None`, `True`, `"auto"`, a folder), which this process's resume
+        decision (`pacs.grpo.resume.resume_decision`) turns into a checkpoint; or that decision itself, a
+        [`~pacs.grpo.resume.Resume`], made before the trainer was built (`pacs train` does). A checkpoint whose save
+        was interrupted is skipped with a warning that says why; a named incomplete one, or another run's, is an error
+        (`ResumeRefused`). A decision that the run is finished trains nothing: the state is the checkpoint's, the
+        model gets the checkpoint's weights (what the script does next sees the final model; under DeepSpeed or FSDP,
+        where no engine exists yet, it keeps the initial ones and says so), and `save_model` keeps the final model
+        already in `output_dir`.
         """
-        resume, finished = resume_or_finished(self, resume_from_checkpoint)
-        self._finished_checkpoint = None
-        if finished:  # transformers would train one step past the end
+        if not isinstance(resume_from_checkpoint, Resume):
+            identity = run_identity(self._model_id, self.accelerator.num_processes, self.args)
+            verbose = self.accelerator.is_main_process
+            resume_from_checkpoint = resume_decision(resume_from_checkpoint, self.args, identity, verbose=verbose)
+        self._resume = resume = resume_from_checkpoint
+        self._final_weights_loaded = False
+        if resume.finished:  # transformers would train one step past the end
             from transformers import TrainerState
             from transformers.trainer_utils import TrainOutput
 
-            self._finished_checkpoint = resume
-            self.state = TrainerState.load_from_json(os.path.join(resume, TRAINER_STATE))
-            self._final_weights_loaded = self._load_final_weights(resume)
+            self.state = TrainerState.load_from_json(os.path.join(resume.checkpoint, TRAINER_STATE))
+            self._final_weights_loaded = self._load_final_weights(resume.checkpoint)
             return TrainOutput(self.state.global_step, float("nan"), {})
         try:
             return super().train(
-                resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
-            )
+                resume_from_checkpoint=resume.checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
+                **kwargs,
+            )  # fmt: skip
         except RuntimeError as error:  # torch.distributed's errors too: a collective that timed out names the cause
             stopped = stopped_rank_error(error, self.args.ddp_timeout, self.accelerator.num_processes)
             if stopped is None:
@@ -278,9 +285,9 @@ class HardenedGRPOTrainer(GRPOTrainer):
         """`Trainer.save_model`, except after `train` found the run finished: the final model already in
         `output_dir` is kept (and pushed by `push_to_hub`); saving to another folder writes the final weights `train`
         loaded, or is an error where it could not load them (DeepSpeed, FSDP)."""
-        finished = self._finished_checkpoint
-        if finished is None:
+        if self._resume is None or not self._resume.finished:
             return super().save_model(output_dir, _internal_call=_internal_call)
+        finished = self._resume.checkpoint
         target = output_dir if output_dir is not None else self.args.output_dir
         if os.path.abspath(target) == os.path.abspath(self.args.output_dir):
             if self.accelerator.is_main_process:
