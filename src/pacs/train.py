@@ -146,8 +146,12 @@ def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args:
 
 
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
-    """Train in this process: the checks, the data and rewards (`prepare`), the trainer, `train()`, the saved model."""
-    train(script_args, training_args, model_args, *prepare(script_args, training_args, model_args))
+    """Train in this process: the checks, the data and rewards (`prepare`), the trainer, `train()`, the saved model.
+    The output folder's lock is released when it returns or raises (a process that exits releases it anyway)."""
+    try:
+        train(script_args, training_args, model_args, *prepare(script_args, training_args, model_args))
+    finally:
+        release_output_dir(training_args.output_dir)
 
 
 def train(script_args, training_args, model_args, train_dataset, eval_dataset, reward_funcs, resume: Resume) -> None:
