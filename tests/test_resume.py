@@ -1,8 +1,8 @@
-"""`pacs.grpo.resume` (which checkpoint a launch resumes from, the run identity, the refusals before any model loads),
-the test-only kill hook (tests/faults/sitecustomize.py, installed on a launch by its `PYTHONPATH`) and the launches
-they serve: a worker killed under `--max_restarts 1`
-(inside a generation batch, inside a checkpoint save), two machines on one host (the docs' SLURM
-lines, plain DDP), the hostfile launch's `deepspeed` command.
+"""`pacs.grpo.resume` (how a launch resumes, decided once per process: the run identity, the refusals before any model
+loads), the test-only kill hook (tests/faults/sitecustomize.py, installed on a launch by its `PYTHONPATH`) and the
+launches they serve: a worker killed under `--max_restarts 1` (inside a generation batch, inside a checkpoint save),
+the launcher killed with `kill -9` (no worker outlives it; the rerun takes over the lock), two machines on one host
+(the docs' SLURM lines, plain DDP), the hostfile launch's `deepspeed` command.
 
 The distributed tests share one uninterrupted reference run (ZeRO-3, 2 processes, 12 steps, a checkpoint every 2):
 each of them ends with that run's final model, byte for byte. They run one at a time (one module, one fixture)."""
