@@ -255,3 +255,20 @@ def test_resume_in_the_middle_of_a_generation_is_exact(tiny_model_dir, tmp_path)
     flat = [torch.cat([p.detach().flatten() for p in t.model.parameters()]) for t in (initial, full, resumed)]
     update = (flat[1] - flat[0]).norm()
     assert update > 0 and (flat[2] - flat[1]).norm() / update <= 1e-6
+
+
+def test_a_tied_lm_head_missing_from_a_checkpoint_is_tied_without_a_warning(tiny_model_dir, tmp_path, monkeypatch):
+    # transformers warns "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" on every load
+    # of a tied model's checkpoint (e.g. a finished run's final weights); the layer ties it instead
+    import transformers.trainer
+    from torch.nn.modules.module import _IncompatibleKeys
+
+    warnings = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda msg, *a, **k: warnings.append(msg))
+    args = HardenedGRPOConfig(**grpo_settings(tmp_path))
+    trainer = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    assert trainer.model.config.tie_word_embeddings
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["lm_head.weight"], []))
+    assert warnings == []
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["model.norm.weight"], []))  # a real missing weight: warned
+    assert len(warnings) == 1 and "model.norm.weight" in warnings[0]

@@ -319,7 +319,7 @@ def test_a_killed_worker_restarts_and_the_run_ends_as_the_uninterrupted_one(
     killed = _kill_time(text)
 
     # 1. restarted by the agent, from the newest complete checkpoint; the interrupted save is skipped, named
-    assert f"Resuming from {out / f'checkpoint-{resumed}'}, the newest complete checkpoint" in text
+    assert f"Resume decision: resuming from {out / f'checkpoint-{resumed}'}." in text
     if interrupted is not None:
         assert f"Not resuming from {out / f'checkpoint-{interrupted}'}: its save did not finish" in text
     # 2. the weights and the logs of the uninterrupted run
@@ -373,7 +373,7 @@ def test_kill_9_of_the_launcher_leaves_no_worker_and_the_rerun_ends_as_the_unint
     # 2. the same command again: it takes over the dead run's lock, resumes, and ends as the uninterrupted run
     text = run_ok(launch())
     assert "Taking over the lock of" in text and "on this host is gone" in text
-    assert "Resuming from" in text
+    assert "Resume decision: resuming from" in text
     assert sha256(out / "model.safetensors") == sha256(reference / "model.safetensors")
     assert log_history(out) == log_history(reference)
     assert not (out / LOCK_FILE).exists()

@@ -405,7 +405,7 @@ def resolve_resume_checkpoint(
                 f"resume_from_checkpoint=True found no complete checkpoint in {output_dir} ({detail}). Start without "
                 "resume_from_checkpoint, or name a checkpoint folder."
             )
-        (logger.info if verbose else logger.debug)("Resuming from %s, the newest complete checkpoint.", path)
+        logger.debug("The newest complete checkpoint is %s.", path)  # the resume decision logs what it decides
         return path
     path = str(resume_from_checkpoint)
     run_dir = os.path.dirname(os.path.abspath(path))

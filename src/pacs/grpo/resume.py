@@ -148,6 +148,10 @@ def _resolve(resume_from_checkpoint, output_dir: str, verbose: bool) -> str | No
         raise ResumeRefused(str(error)) from None
 
 
+def _processes(n: int) -> str:
+    return f"{n} process" if n == 1 else f"{n} processes"
+
+
 def _check_identity(path: str, identity: dict) -> None:
     """Refuse `path` when its marker's run identity is not `identity`'s (a marker without one checks nothing)."""
     marker = read_marker(path) or {}
@@ -158,8 +162,8 @@ def _check_identity(path: str, identity: dict) -> None:
     saved_w, here_w = (recorded or {}).get("world_size"), identity["world_size"]
     if saved_w is not None and saved_w != here_w:
         raise ResumeRefused(
-            f"{path} was saved by {saved_w} processes and this launch has {here_w}: its optimizer shards (and "
-            f"rollout) are per process. Relaunch with {saved_w} processes; or convert it to a DeepSpeed universal "
+            f"{path} was saved by {_processes(saved_w)} and this launch has {here_w}: its optimizer shards (and "
+            f"rollout) are per process. Relaunch with {_processes(saved_w)}; or convert it to a DeepSpeed universal "
             f"checkpoint (deepspeed.checkpoint.ds_to_universal) and load that yourself; or restart weights-only with "
             f"--model_name_or_path {path} and a new --output_dir (a fresh optimizer: not exact), rescaling the batch "
             "(docs/recipes.md, 'Multi-node and failures')."

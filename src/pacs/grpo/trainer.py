@@ -63,7 +63,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from .._compat import check_trl, no_router_logits
+from .._compat import check_trl, no_router_logits, only_tied_keys_missing
 from .checkpoints import (
     COMPLETE_MARKER,
     ROLLOUT_DIR,
@@ -505,6 +505,14 @@ class HardenedGRPOTrainer(GRPOTrainer):
             output_dir=run_dir, save_total_limit=self.args.save_total_limit,
             best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
         )  # fmt: skip
+
+    def _issue_warnings_after_load(self, load_result):
+        # a tied `lm_head.weight` that the checkpoint stores once is not missing: tie it, no warning (`pacs._compat`)
+        missing = getattr(load_result, "missing_keys", None)
+        if hasattr(load_result, "_replace") and only_tied_keys_missing(self.model, missing):
+            self.model.tie_weights()
+            load_result = load_result._replace(missing_keys=[])
+        super()._issue_warnings_after_load(load_result)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
