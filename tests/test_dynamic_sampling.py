@@ -301,7 +301,9 @@ def test_rounds_running_out_fill_the_batch_with_uniform_groups_and_warn(tiny_mod
     def never(completions, **kwargs):
         return [0.0] * len(completions)
 
-    args = grpo_config(tmp_path, dynamic_sampling=True, dynamic_sampling_max_rounds=3, max_steps=2)
+    args = grpo_config(
+        tmp_path, dynamic_sampling=True, dynamic_sampling_max_rounds=3, max_steps=2, steps_per_generation=1
+    )
     with caplog.at_level("WARNING", logger="pacs.grpo.trainer"):
         trainer = _train(RecordingGRPO, tiny_model_dir, args, never)
     logged = [e for e in _logged(trainer) if e]
