@@ -129,7 +129,9 @@ def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args:
     # which TRL hands to every reward function as a keyword argument; checked against each other here (the trainer
     # checks them again, `pacs.grpo.checks`, for users who build it themselves).
     train_dataset, eval_dataset = load_datasets(script_args, training_args)
-    reward_funcs = get_reward_funcs(script_args.reward_funcs)
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache
+    )
     if script_args.max_prompt_tokens is not None:  # the paper filters overlong prompts before training
         from transformers import AutoTokenizer
 

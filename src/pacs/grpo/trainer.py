@@ -112,9 +112,11 @@ class Round:
     total: int
 
 
-def _prompt_key(row: dict) -> str:
-    # one prompt, whatever row it comes in: the same prompt is not drawn twice into one generation batch
-    return repr(row.get("prompt", row))
+def _prompt_key(row: dict) -> str | object:
+    # one prompt, whatever row it comes in: the same prompt is not drawn twice into one generation batch. A row without
+    # a prompt (an `environment_factory` that owns the data: each rollout's `reset()` makes the prompt) is a prompt of
+    # its own, equal to no other row
+    return repr(row["prompt"]) if "prompt" in row else object()
 
 
 def first_step_of_generation(micro_batch: int, accumulation: int, steps_per_generation: int, iterations: int) -> bool:
