@@ -2,7 +2,7 @@
 # The installed package, as a user gets it (`make test-installed`, run by .ci/run): the wheel built from this checkout,
 # installed (not editable) into a fresh virtualenv and used from a directory outside the checkout:
 #   pacs --help, python -m pacs --help, pacs recipes; pacs plan --config qwen3_4b_pacs (exit 0, the shipped recipe by
-#   name with the accelerate config it names); the same on --num-processes 1 (refused, naming the fix); a 2-step
+#   name with the accelerate config it names); the same on --num_processes 1 (refused, naming the fix); a 2-step
 #   pacs train on the tiny model; a tiny pacs eval.
 # The virtualenv reuses the dependencies already installed (--system-site-packages) and gets the wheel alone
 # (--no-deps; --ignore-installed, as the checkout is installed editable under the same name): the point is the package
@@ -51,8 +51,8 @@ step "pacs plan --config qwen3_4b_pacs (exit 0)"
 pacs plan --config qwen3_4b_pacs > plan.txt 2> plan.log || { cat plan.txt plan.log; exit 1; }
 grep -q "DeepSpeed ZeRO-3 (accelerate config zero3)" plan.txt && grep -q "^Problems: none" plan.txt
 
-step "pacs plan --config qwen3_4b_pacs --num-processes 1 (refused, naming the fix)"
-if pacs plan --config qwen3_4b_pacs --num-processes 1 > refused.txt 2>&1; then
+step "pacs plan --config qwen3_4b_pacs --num_processes 1 (refused, naming the fix)"
+if pacs plan --config qwen3_4b_pacs --num_processes 1 > refused.txt 2>&1; then
   echo "pacs plan accepted 1 process for an 8-process recipe"; cat refused.txt; exit 1
 fi
 grep "ERROR \[expected_world_size\]" refused.txt
@@ -65,7 +65,7 @@ pacs train --config tiny_cpu --model_name_or_path tiny-model --output_dir run --
 test -f run/model.safetensors && grep -q "train_runtime" train.log
 
 step "pacs eval: the tiny model, 1 benchmark, 2 problems x 2 samples"
-pacs eval --model tiny-model --benchmarks aime24 --n 2 --limit 2 --max-new-tokens 8 --output-dir eval --no-progress \
+pacs eval --model tiny-model --benchmarks aime24 --n 2 --limit 2 --max_new_tokens 8 --output_dir eval --no_progress \
   > eval.log 2>&1 || { tail -50 eval.log; exit 1; }
 test -f eval/eval_metrics.json
 

@@ -57,7 +57,7 @@ def test_demo_reads_the_registry(fake_anchor):
 
     args = parse_args(["--pacs-anchor", fake_anchor])
     assert args.pacs_anchor == "fake" and trainer_config(args, "unused").pacs_anchor == "fake"
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match="invalid choice: 'nope'"):
         parse_args(["--pacs-anchor", "nope"])
 
 
@@ -89,3 +89,30 @@ def test_trainer_builds_the_anchor_the_registry_names(tiny_model_dir, tmp_path, 
         train_dataset=dataset,
     )
     assert isinstance(trainer._pacs_anchor, FakeAnchor) and FakeAnchor.built == ["fake"]
+
+
+class Incomplete:
+    """An anchor class that forgot two members of the protocol."""
+
+    at_policy = False
+
+    def logps(self, inputs):
+        return None
+
+
+def test_an_anchor_is_checked_against_the_protocol_when_it_registers(monkeypatch):
+    from pacs.anchors import ANCHOR_METHODS, register_anchor
+
+    monkeypatch.setattr(anchors, "ANCHORS", dict(ANCHORS))  # register into a copy
+    with pytest.raises(TypeError, match=r"'incomplete' .*lacks \['proxy_is_zero', 'before_generation'.*'load'\]"):
+        register_anchor("incomplete", AnchorInfo(f"{__name__}:Incomplete", "a test's anchor"))
+    assert "incomplete" not in anchors.ANCHORS
+    register_anchor("fake", AnchorInfo(f"{__name__}:FakeAnchor", "a test's anchor"))  # every member: registered
+    assert anchors.ANCHORS["fake"].target.endswith(":FakeAnchor") and anchor_class("fake") is FakeAnchor
+    with pytest.raises(ValueError, match="registered already"):
+        register_anchor("fake", AnchorInfo(f"{__name__}:FakeAnchor", "again"))
+    # put in the table by hand, it fails where a trainer builds it
+    anchors.ANCHORS["by_hand"] = AnchorInfo(f"{__name__}:Incomplete", "a test's anchor")
+    with pytest.raises(TypeError, match="lacks"):
+        anchor_class("by_hand")
+    assert set(ANCHOR_METHODS) >= {"logps", "save", "load"}

@@ -419,9 +419,7 @@ def test_resume_on_two_processes_with_rows_exchanged(tiny_model_dir, tmp_path):
     # 2 processes x 1 row x 2 accumulation steps = one group of 4 per optimizer step, 2 optimizer steps per generation:
     # the rows are exchanged between processes after each generation; each process saves and restores its own share
     launcher = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    records = _launch_resume(
-        tmp_path, [*launcher, "--main_process_port", "29531"], tiny_model_dir, 1, 2, 4, 1, 4, 1, 2
-    )
+    records = _launch_resume(tmp_path, launcher, tiny_model_dir, 1, 2, 4, 1, 4, 1, 2)
     assert [r["rank"] for r in records] == [0, 1]
     for record in records:
         _check_resumed(record, 2, 4)
@@ -432,5 +430,5 @@ def test_resume_on_two_processes_with_rows_exchanged(tiny_model_dir, tmp_path):
 def test_resume_under_deepspeed_zero3(tiny_model_dir, tmp_path):
     (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
     launcher = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml")]
-    (record,) = _launch_resume(tmp_path, [*launcher, "--main_process_port", "29532"], tiny_model_dir, 4, 1, 4, 1, 3, 1)
+    (record,) = _launch_resume(tmp_path, launcher, tiny_model_dir, 4, 1, 4, 1, 3, 1)
     _check_resumed(record, 1, 4)

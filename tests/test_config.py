@@ -138,6 +138,7 @@ def test_class_weight_none_from_cli_string():
         ({"pacs_score": "ppo"}, r"Unknown pacs_score 'ppo'; use one of 'rloo', 'grpo', 'dr_grpo', 'naive'"),
         ({"pacs_reward_proxy": "sum"}, r"Unknown pacs_reward_proxy 'sum'; use one of 'log_ratio', 'mean_logp'"),
         ({"pacs_class_weight": "question"}, r"Unknown pacs_class_weight 'question'; use one of 'balanced'"),
+        ({"pacs_uniform_groups": "filter"}, r"^Unknown pacs_uniform_groups 'filter'; use one of 'keep', 'drop'\.$"),
         ({"pacs_beta": 0.0}, r"pacs_beta must be > 0 .* got 0.0; the paper uses 1.0 or 2.0"),
         ({"pacs_beta": -1.0}, r"pacs_beta must be > 0"),
         ({"pacs_label_transform": "tanh"}, r"Unknown pacs_label_transform 'tanh'; use one of 'none', 'sigmoid'"),
@@ -182,6 +183,7 @@ def test_every_pacs_field_documented_consistently():
         "pacs_reward_proxy",
         "pacs_score",
         "pacs_class_weight",
+        "pacs_uniform_groups",
         "pacs_label_transform",
         "pacs_label_temperature",
         "pacs_label_offset",
@@ -200,6 +202,17 @@ def test_every_pacs_field_documented_consistently():
     (steps,) = [f for f in dataclasses.fields(PACSConfig) if f.name == "steps_per_generation"]
     assert "4 * gradient_accumulation_steps" in steps.metadata["help"]
     assert "steps_per_generation (`int`, *optional*)" in doc and "4 * gradient_accumulation_steps" in doc
+
+
+def test_uniform_groups_docstring_and_help_say_the_same():
+    # word for word, the docstring's `"keep"` being the help's 'keep'
+    (f,) = [f for f in dataclasses.fields(PACSConfig) if f.name == "pacs_uniform_groups"]
+    entry = PACSConfig.__doc__.split("pacs_uniform_groups (`")[1].split("\n", 1)[1].split("\n        pacs_")[0]
+    assert " ".join(entry.split()).replace('`"', "'").replace('"`', "'") == f.metadata["help"]
+    assert (
+        f.metadata["choices"] == ["keep", "drop"]
+        and PACSConfig(output_dir="x", use_cpu=True).pacs_uniform_groups == "keep"
+    )
 
 
 def test_parses_from_the_command_line():
@@ -224,8 +237,11 @@ def test_parses_from_the_command_line():
             "sigmoid",
             "--pacs_label_temperature",
             "0.5",
+            "--pacs_uniform_groups",
+            "drop",
         ]
     )
+    assert args.pacs_uniform_groups == "drop"
     assert (args.pacs_beta, args.pacs_score, args.pacs_class_weight) == (2.0, "grpo", None)
     assert (args.pacs_label_transform, args.pacs_label_temperature) == ("sigmoid", 0.5)
     assert args.steps_per_generation == 4 * args.gradient_accumulation_steps

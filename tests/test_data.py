@@ -143,7 +143,33 @@ def test_conversational_prompts_pass_through(tmp_path, problem_column):
     kwargs = {"problem_column": problem_column} if problem_column else {}
     ds = load_train_dataset(path, **kwargs)
     assert ds[0]["prompt"] == CONVERSATION  # system message kept, no suffix, not a repr of the list
-    assert ds[0]["problem"] == "What is 2 + 2?" and ds[0]["solution"] == "4"
+    assert ds[0]["solution"] == "4" and ds[0]["answer"] == "4"  # the math rewards' `solution`, the user's column kept
+
+
+@pytest.mark.parametrize("prompt", ["What is 2 + 2?", CONVERSATION])
+def test_trl_format_is_kept_as_grpo_trainer_trains_it(tmp_path, prompt):
+    # TRL's format: `prompt` (plain text or a conversation) and the columns the rewards take, here `target`, kept as
+    # they are: no paper prompt around a plain-text prompt, no column dropped or added (there is no `answer`)
+    rows = [{"prompt": prompt, "target": "4", "difficulty": 1}] * 3
+    ds = load_train_dataset(_write_jsonl(tmp_path / "trl.jsonl", rows), limit=2)
+    assert ds.column_names == ["prompt", "target", "difficulty"] and len(ds) == 2
+    assert ds[0]["prompt"] == prompt and ds[0]["target"] == "4"
+    # a `solution` of its own is never replaced by `answer_column`
+    rows = [{"prompt": prompt, "solution": "4", "answer": "5"}]
+    assert load_train_dataset(_write_jsonl(tmp_path / "both.jsonl", rows))[0]["solution"] == "4"
+
+
+def test_the_math_format_keeps_the_columns_asked_for(tmp_path):
+    rows = [{"problem": "1 + 1?", "answer": "2", "hint": "add", "level": 1}]
+    ds = load_train_dataset(_write_jsonl(tmp_path / "math.jsonl", rows), keep_columns=["hint", "absent", "solution"])
+    assert ds.column_names == ["id", "problem", "prompt", "solution", "hint"]
+    assert ds[0]["hint"] == "add" and ds[0]["solution"] == "2"
+
+
+def test_data_without_problem_or_prompt_is_refused_naming_both(tmp_path):
+    path = _write_jsonl(tmp_path / "q.jsonl", [{"question": "1 + 1?", "answer": "2"}])
+    with pytest.raises(ValueError, match=r"has no column 'problem' and no 'prompt' column.*--problem_column"):
+        load_train_dataset(path)
 
 
 def test_conversation_in_a_custom_column_from_parquet(tmp_path):

@@ -204,5 +204,5 @@ def test_demo_options_are_the_config_fields_not_a_copy_of_them():
     args = parse_args(["--max-steps", "3", "--pacs_beta", "2", "--pacs-reset-optimizer", "0", "--seed", "4"])
     assert (args.max_steps, args.pacs_beta, args.pacs_reset_optimizer, args.seed) == (3, 2.0, False, 4)
     assert (args.learning_rate, args.lora_r, args.algorithm) == (5e-4, 16, "pacs")
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match=r"unrecognized arguments: --learning-rte 1 \(`pacs demo --help`"):
         parse_args(["--learning-rte", "1"])

@@ -231,3 +231,69 @@ def test_no_page_judges_the_critic_against_the_majority_label():
     assert not offending, "the critic judged against the majority label (ill-posed, issue 31):\n" + "\n".join(
         offending
     )
+
+
+RECIPE_QUOTE = re.compile(r"`([a-z][a-z0-9_]*): ([^`<]+)`")
+
+
+def recipe_claims(text: str, recipes: dict[str, dict]) -> list[tuple[str, str, object, list[str]]]:
+    """Every recipe value a page quotes (`` `key: value` `` of a key some shipped recipe sets, on a line that speaks
+    of recipes, or in a table row of a paragraph that does), with the recipes it claims: every shipped one ("the
+    shipped recipes"), every GPU one ("GPU recipes", "the paper recipes", "the recipes keep", ...), else at least
+    one. Placeholders (`N`) are no values."""
+    import yaml
+
+    keys = set().union(*recipes.values())
+    gpu = [name for name, recipe in recipes.items() if not recipe.get("use_cpu")]
+    claims = []
+    for block in re.split(r"\n\s*\n", text):
+        if "recipe" not in block.lower():
+            continue
+        for line in block.splitlines():
+            if "recipe" not in line.lower() and not line.lstrip().startswith("|"):
+                continue  # an option described, not a recipe's value
+            for match in RECIPE_QUOTE.finditer(line):
+                key, raw = match.groups()
+                if key not in keys or re.fullmatch(r"[A-Z]", raw.strip()):
+                    continue
+                value = yaml.safe_load(raw)
+                said = line.lower()
+                if "shipped recipes" in said:
+                    claimed = list(recipes)
+                elif re.search(r"gpu recipes|paper recipes|the recipes keep|recipes set", said):
+                    claimed = gpu
+                else:
+                    claimed = []  # at least one
+                claims.append((line.strip()[:120], key, value, claimed))
+    return claims
+
+
+def test_every_recipe_value_a_page_quotes_is_the_shipped_recipes():
+    # one place states a default: the recipe; a page that quotes it is checked against it, so the two cannot drift
+    import yaml
+
+    recipes = {p.stem: yaml.safe_load(p.read_text()) for p in (ROOT / "src" / "pacs" / "recipes").glob("*.yaml")}
+    wrong = []
+    for page in [*PAGES, ROOT / "README.md"]:
+        for line, key, value, claimed in recipe_claims(page.read_text(), recipes):
+            having = [name for name, recipe in recipes.items() if recipe.get(key) == value]
+            lacking = [name for name in claimed if name not in having]
+            if lacking or not having:
+                wrong.append(f"{page.name}: `{key}: {value}` is not in {lacking or 'any shipped recipe'}: {line}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_quoted_value_the_recipes_lack_fails_the_check():
+    recipes = {"gpu": {"ddp_timeout": 1800, "resume_from_checkpoint": "auto"}, "cpu": {"use_cpu": True}}
+    page = (
+        "The shipped recipes carry `resume_from_checkpoint: auto`.\n\nThe recipes keep `ddp_timeout: 1800`,\n"
+        "and a recipe may set `ddp_timeout: 900`.\n\nAn option: `ddp_timeout: 60`.\n\n| a | recipe |\n| b | "
+        "`ddp_timeout: 30` |"
+    )
+    claims = [(key, value, claimed) for _, key, value, claimed in recipe_claims(page, recipes)]
+    assert claims == [
+        ("resume_from_checkpoint", "auto", ["gpu", "cpu"]),  # every shipped recipe: `cpu` lacks it
+        ("ddp_timeout", 1800, ["gpu"]),
+        ("ddp_timeout", 900, []),  # at least one recipe: none has it
+        ("ddp_timeout", 30, []),  # a table about recipes
+    ]

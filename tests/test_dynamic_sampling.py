@@ -373,20 +373,15 @@ def test_resume_with_dynamic_sampling_on_two_processes_is_exact(tiny_model_dir, 
     # 2 processes x 2 rows, G 4: each group spans both processes (the split path), 2 optimizer steps per generation;
     # top-up rounds are drawn, gathered and re-sliced over the processes; checkpoints 1 and 3 fall inside a generation
     import json
-    import socket
     from pathlib import Path
 
     from pacs.testing import accelerate_launch, run_launched
 
-    with socket.socket() as s:  # a free port: another job on the machine may hold accelerate's default
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-
     script = Path(__file__).parent / "scripts" / "train_resume.py"
     out = tmp_path / "out"
     out.mkdir()
-    launcher = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    cmd = [*launcher, "--main_process_port", str(port), str(script), tiny_model_dir, str(out)]
+    launcher = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]  # a free port
+    cmd = [*launcher, str(script), tiny_model_dir, str(out)]
     run_launched([*cmd, "2", "2", "4", "1", "4", "1", "2", "3", "--dynamic-sampling"], tmp_path)
     records = [json.loads(p.read_text()) for p in sorted(out.glob("resume*.json"))]
     assert [r["rank"] for r in records] == [0, 1]
@@ -407,7 +402,11 @@ def test_pacs_train_takes_it_as_a_flag_and_refuses_a_bad_setting_in_one_line(alg
     flags = ["--dynamic_sampling", "true", "--dynamic_sampling_max_rounds", "4", "--model_name_or_path", "m"]
     _, args, _ = parse_args(["--config", "tiny_cpu", "--algorithm", algorithm, *flags])
     assert type(args).__name__ == config
-    assert (args.dynamic_sampling, args.dynamic_sampling_max_rounds, args.dynamic_sampling_metric) == (True, 4, "reward")
+    assert (args.dynamic_sampling, args.dynamic_sampling_max_rounds, args.dynamic_sampling_metric) == (
+        True,
+        4,
+        "reward",
+    )
     capsys.readouterr()
     argv = ["train", "--config", "tiny_cpu", "--algorithm", algorithm, "--dynamic_sampling", "true"]
     assert cli_main([*argv, "--scale_rewards", "batch"]) == 2

@@ -8,7 +8,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes import ACCELERATE_CONFIGS_DIR as ACCELERATE_CONFIGS
 from pacs.recipes import RECIPES_DIR as RECIPES
+from pacs.testing import free_port
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,12 +63,6 @@ def tiny_args(model_dir: str, output_dir: Path, *overrides: str, command=("-m", 
     """`pacs train --config tiny_cpu ...` (by name, as a user types it); `command=(SCRIPT,)` runs the shim."""
     config = ["--config", "tiny_cpu", "--model_name_or_path", model_dir, "--output_dir", str(output_dir)]
     return [*command, *config, *overrides]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -154,7 +148,7 @@ def test_grpo_recipe_differs_from_pacs_only_in_the_loss(train_qwen):
     assert isinstance(pacs[1], PACSConfig) and not isinstance(grpo[1], PACSConfig)
     assert (grpo[1].loss_type, grpo[1].epsilon, grpo[1].scale_rewards) == ("dr_grpo", 0.2, "group")
     pacs_args, grpo_args = pacs[1].to_dict(), grpo[1].to_dict()
-    pacs_only = {"pacs_beta", "pacs_reward_proxy", "pacs_score", "pacs_class_weight"}
+    pacs_only = {"pacs_beta", "pacs_reward_proxy", "pacs_score", "pacs_class_weight", "pacs_uniform_groups"}
     pacs_only |= {"pacs_label_transform", "pacs_label_temperature", "pacs_label_offset"}
     pacs_only |= {"pacs_anchor", "pacs_reference_reset_generations", "pacs_reset_optimizer", "pacs_reset_warmup_steps"}
     assert set(pacs_args) - set(grpo_args) == pacs_only
@@ -173,7 +167,9 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
     from pacs import PACSConfig
 
     _, args, _ = parse_recipe(train_qwen, TINY_RECIPE)
-    assert isinstance(args, PACSConfig)
+    assert isinstance(args, PACSConfig) and args.pacs_uniform_groups == "keep"
+    _, args, _ = parse_recipe(train_qwen, TINY_RECIPE, "--pacs_uniform_groups", "drop")  # a recipe key / flag
+    assert args.pacs_uniform_groups == "drop"
     # the PACS recipe as the GRPO baseline: TRL's config under the hardened layer, the PACS settings dropped
     from pacs.grpo import HardenedGRPOConfig
 
@@ -276,6 +272,9 @@ def test_a_value_error_is_one_line_and_help_opens_with_the_recipe_usage(capsys):
     assert err.count("\n") == 1 and "--num_generations" in err and "invalid int value: 'four'" in err
     assert cli_main(["train", "--config", "tiny_cpu", "--algorithm", "ppo"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    assert cli_main(["train", "--config", "tiny_cpu", "--pacs_uniform_groups", "filter"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--pacs_uniform_groups" in err and "'keep', 'drop'" in err
     with pytest.raises(SystemExit):
         cli_main(["train", "--help"])
     head = " ".join(capsys.readouterr().out[:1000].split())
@@ -316,6 +315,11 @@ def ordinary_mistakes(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "missing checkpoint": (["--resume_from_checkpoint", str(tmp_path / "checkpoint-9")], "no such folder"),
         "no checkpoint to resume": (["--resume_from_checkpoint", "true"], "found no complete checkpoint"),
         "reward needs a column": (["--reward_funcs", "cwd_hint_rewards.needs_hint"], "needs the keyword `hint`"),
+        "folder not a model": (["--model_name_or_path", str(tmp_path / "not-a-model")], "is not a model folder"),
+        "hub dataset unavailable": (
+            ["--dataset_name", "some-org/no-such-set"],
+            "Could not load 'some-org/no-such-set'",
+        ),
     }
 
 
@@ -329,16 +333,31 @@ def test_ordinary_mistakes_end_before_the_model_loads_in_one_line(
     monkeypatch.chdir(tmp_path)  # the reward module sits in the working directory, as a user's would
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
     (tmp_path / "mine.jsonl").write_text(json.dumps({"question": "1 + 1?", "answer": "2"}) + "\n")
+    (tmp_path / "not-a-model").mkdir()  # a folder whose config.json names no model_type
+    (tmp_path / "not-a-model" / "config.json").write_text(json.dumps({"hidden_size": 64}))
     overrides, message = ordinary_mistakes(tmp_path)[mistake]
     argv = ["train", "--config", "tiny_cpu", "--model_name_or_path", tiny_model_dir, "--output_dir", "run"]
     assert cli_main([*argv, *overrides]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("pacs train: error: ") and "\n" not in err and message in err, err
     assert no_training == []  # nothing trained, nothing launched
-    # the same mistake with a launch config is answered before accelerate launches
-    if mistake not in ("missing column", "reward needs a column"):  # (reading the data is left to the ranks)
-        assert cli_main([*argv, *overrides, "--accelerate_config", "ddp", "--num_processes", "2"]) == 2
-        assert message in capsys.readouterr().err and no_training == []
+    # the same mistake with a launch config is answered before accelerate launches, in one line too
+    assert cli_main([*argv, *overrides, "--accelerate_config", "ddp", "--num_processes", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pacs train: error: ") and "\n" not in err and message in err, err
+    assert no_training == []
+
+
+def test_a_gpu_recipe_without_a_gpu_names_what_to_run_instead(monkeypatch, capsys):
+    import torch
+
+    from pacs.cli import main as cli_main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this machine, as a laptop without a GPU
+    assert cli_main(["train", "--config", "qwen3_4b_pacs"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pacs train: error: qwen3_4b_pacs is written for GPUs") and "\n" not in err, err
+    assert "`pacs plan --config qwen3_4b_pacs`" in err and "--config tiny_cpu" in err and "use_cpu" not in err
 
 
 def test_python_m_pacs_train_answers_a_mistake_in_one_line_too(train_qwen, tmp_path, capsys):
@@ -404,16 +423,17 @@ def test_script_rejects_a_missing_model_directory(train_qwen, tmp_path):
 
 
 def test_script_checks_the_rewards_against_the_data_before_loading_the_model(train_qwen, tmp_path, monkeypatch):
-    # a user's reward from a dotted path that needs an `answer` column the training set does not have
+    # a user's reward from a dotted path that needs a `difficulty` column the training set does not have (its own
+    # columns, `answer` and `level` among them, would reach the reward: `pacs train` keeps what the rewards take)
     (tmp_path / "my_rewards.py").write_text(
-        "def answer_reward(completions, answer, **kwargs):\n    return [0.0] * len(completions)\n"
+        "def answer_reward(completions, difficulty, **kwargs):\n    return [0.0] * len(completions)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     script_args, args, model_args = parse_recipe(
         train_qwen, TINY_RECIPE, "--reward_funcs", "my_rewards.answer_reward", "--eval_strategy", "no"
     )
     model_args.model_name_or_path = "Qwen/Qwen3-4B-Base"  # never loaded: the check comes first, offline
-    with pytest.raises(ValueError, match=r"answer_reward needs the keyword `answer`.*rename_column"):
+    with pytest.raises(ValueError, match=r"answer_reward needs the keyword `difficulty`.*rename_column"):
         train_qwen.main(script_args, args, model_args)
 
 
@@ -491,7 +511,9 @@ def test_max_prompt_tokens_is_applied_before_training(train_qwen, tiny_model_dir
         seen.update(kwargs)
         raise StopBeforeTraining
 
-    monkeypatch.setitem(train_qwen.TRAINERS, "pacs", fake_trainer)
+    monkeypatch.setitem(
+        train_qwen.ALGORITHMS, "pacs", dataclasses.replace(train_qwen.ALGORITHMS["pacs"], trainer=fake_trainer)
+    )
     monkeypatch.setattr(train_qwen, "check_training_plan", lambda *args, **kwargs: None, raising=False)
     path = tmp_path / "mixed.jsonl"
     rows = [{"problem": "1 + 1?" + " Very long." * (200 if i % 2 else 0), "answer": "2"} for i in range(6)]
@@ -568,6 +590,39 @@ def test_tiny_recipe_with_lora_through_the_shim(tiny_model_dir, tmp_path):
     assert not (output_dir / "model.safetensors").exists()  # the adapter only
 
 
+TARGET_REWARD = """def matches_target(completions, target, **kwargs):
+    return [float(str(t) in str(c)) for c, t in zip(completions, target)]
+"""
+
+
+@pytest.mark.distributed
+def test_trl_format_data_trains_under_ddp_and_a_missing_column_stops_before_launch(tiny_model_dir, tmp_path):
+    # TRL's format: `prompt` and the column the user's reward takes (`target`), launched by `pacs train` on 2 processes
+    (tmp_path / "target_rewards.py").write_text(TARGET_REWARD)
+    chat = [{"role": "user", "content": "What is 2 + 2?"}]
+    (tmp_path / "trl.jsonl").write_text("".join(json.dumps({"prompt": chat, "target": "4"}) + "\n" for _ in range(8)))
+    (tmp_path / "no_target.jsonl").write_text(json.dumps({"prompt": chat, "solution": "4"}) + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+    def pacs_train(data: str, *extra: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, *tiny_args(tiny_model_dir, tmp_path / "out", "--dataset_name", data, "--reward_funcs",
+                                          "target_rewards.matches_target", "--eval_strategy", "no", *extra)]  # fmt: skip
+        return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+    launch = ["--accelerate_config", "ddp", "--num_processes", "2", "--mixed_precision", "no",
+              "--expected_world_size", "2", "--main_process_port", str(free_port())]  # fmt: skip
+    result = pacs_train("trl.jsonl", "--max_steps", "2", *launch)
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert (tmp_path / "out" / "model.safetensors").exists()
+    assert "rewards/matches_target/mean" in result.stdout + result.stderr
+    # the column missing: one line, exit 2, in the launching process (accelerate never starts)
+    result = pacs_train("no_target.jsonl", *launch)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert last.startswith("pacs train: error: The reward function matches_target needs the keyword `target`")
+    assert "accelerate launch" not in result.stderr
+
+
 @pytest.mark.distributed
 def test_tiny_recipe_under_accelerate_zero3(tiny_model_dir, tmp_path):
     pytest.importorskip("deepspeed")
@@ -580,3 +635,18 @@ def test_tiny_recipe_under_accelerate_zero3(tiny_model_dir, tmp_path):
                                              "--expected_world_size", "2", *launch)])  # fmt: skip
     assert "2 process(es), DeepSpeed ZeRO-3: 16 completions per generation" in result.stderr
     assert (output_dir / "model.safetensors").exists()  # gathered from the shards (zero3_save_16bit_model)
+
+
+def test_one_did_you_mean_and_one_algorithm_table():
+    # every "did you mean" of every subcommand comes from `pacs.cli.did_you_mean`; `algorithm` is one table
+    from pacs.recipes.reader import ALGORITHMS, ScriptArguments, make_parser
+
+    src = ROOT / "src" / "pacs"
+    said = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if re.search("did you mean", p.read_text(), re.I))
+    close = sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if "get_close_matches" in p.read_text())
+    assert said == close == ["cli.py"]
+    choices = next(f for f in dataclasses.fields(ScriptArguments) if f.name == "algorithm").metadata["choices"]
+    assert choices == list(ALGORITHMS) == ["pacs", "grpo"]
+    for name, algorithm in ALGORITHMS.items():
+        assert algorithm.config in make_parser(name).dataclass_types
+        assert algorithm.trainer_class().__name__ == {"pacs": "PACSTrainer", "grpo": "HardenedGRPOTrainer"}[name]

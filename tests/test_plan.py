@@ -400,8 +400,30 @@ def test_cli_exit_codes_and_overrides(capsys):
     code = cli_main(["plan", "--config", recipe, "--num-processes", "1", "--steps_per_generation", "1024",
                      "--gradient_accumulation_steps", "256"])  # fmt: skip
     assert code == 1 and "ERROR [max_num_seqs]" in capsys.readouterr().out
-    with pytest.raises(SystemExit):  # other subcommands still refuse unknown arguments
-        cli_main(["eval", "--no-such-option"])
+    assert cli_main(["plan", "--config", "qwen3_4b_pacs", "--num_procesess", "8"]) == 2  # an unknown key: named
+    assert "num_procesess (on the command line): did you mean num_processes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a subcommand without options refuses any
+        cli_main(["recipes", "--no-such-option"])
+
+
+def test_every_subcommand_reads_its_options_from_dataclasses_with_one_parser(capsys):
+    # train, plan, eval and demo: `pacs.options.CommandParser` over dataclasses; help in the underscore spelling
+    from pacs.demo import make_parser as demo_parser
+    from pacs.eval.cli import make_parser as eval_parser
+    from pacs.options import CommandParser
+    from pacs.plan.entry import make_parser as plan_parser
+    from pacs.recipes.reader import make_parser as train_parser
+
+    for make in (train_parser, plan_parser, eval_parser, demo_parser):
+        parser = make()
+        assert type(parser) is CommandParser and parser.dataclass_types, make
+        for action in parser._actions:
+            long = [s for s in action.option_strings if s.startswith("--")]
+            assert not long or "-" not in long[0][2:], (make.__module__, long)  # underscores first
+    with pytest.raises(SystemExit):
+        cli_main(["plan", "--help"])
+    text = capsys.readouterr().out
+    assert "--gpu_memory_gb" in text and "--accelerate_config" in text and "usage: pacs plan" in text
 
 
 @pytest.fixture(scope="module")
@@ -418,7 +440,9 @@ def test_train_script_stops_before_the_model_loads(train_qwen, tiny_model_dir, m
     def trainer(*args, **kwargs):
         raise Loaded
 
-    monkeypatch.setitem(train_qwen.TRAINERS, "pacs", trainer)
+    monkeypatch.setitem(
+        train_qwen.ALGORITHMS, "pacs", dataclasses.replace(train_qwen.ALGORITHMS["pacs"], trainer=trainer)
+    )
     base = ["--config", str(RECIPES / "tiny_cpu.yaml"), "--model_name_or_path", tiny_model_dir]
     # bf16 weights in one process at lr 1e-6: refused before the trainer (and the model) is built
     with pytest.raises(ValueError, match=r"\[dtype\].*dtype: float32"):

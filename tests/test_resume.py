@@ -26,6 +26,7 @@ from pacs.grpo.checkpoints import run_identity, write_complete_marker
 from pacs.grpo.faults import ENV as KILL_ENV
 from pacs.grpo.faults import fault_point
 from pacs.grpo.resume import ResumeRefused, resume_checkpoint
+from pacs.testing import free_port
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,10 +142,11 @@ def test_max_restarts_sets_the_c10d_rendezvous(monkeypatch):
 
     for key in ("PET_RDZV_ENDPOINT", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"):
         monkeypatch.delenv(key, raising=False)
+    port = free_port()
     recipe = read_recipe(["--config", "tiny_cpu", "--accelerate_config", "zero3", "--max_restarts", "1",
-                          "--main_process_port", "29777"])  # fmt: skip
+                          "--main_process_port", str(port)])  # fmt: skip
     assert pacs.train._restart_options(recipe) == ["--rdzv_backend", "c10d"]  # the config file's `static` is ignored
-    assert os.environ["PET_RDZV_ENDPOINT"] == "127.0.0.1:29777"
+    assert os.environ["PET_RDZV_ENDPOINT"] == f"127.0.0.1:{port}"
     assert os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # torch 2.13: pytorch#135712
     assert pacs.train._restart_options(read_recipe(["--config", "tiny_cpu", "--accelerate_config", "zero3"])) == []
 
@@ -201,14 +203,6 @@ def _descendants(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pacs_train(model_dir: str, out: Path, *extra: str) -> list[str]:
@@ -369,6 +363,24 @@ def test_plain_ddp_on_two_machines(reference, tiny_model_dir, tmp_path):
     assert update > 1e-5 and differ < 0.02 * update, (differ, update)
 
 
+@contextlib.contextmanager
+def holding_port(port: int):
+    """`port` held by a listening socket of this process (another process, to the launch) while the block runs; a
+    port already held by someone else stays held."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+        except OSError:  # already in use: held by another process
+            pass
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) == 0, f"port {port} is not held"
+        yield
+
+
 def test_the_hostfile_launch_builds_the_deepspeed_command(tiny_model_dir, tmp_path):
     pytest.importorskip("deepspeed")
     hostfile = tmp_path / "hostfile"
@@ -378,9 +390,13 @@ def test_the_hostfile_launch_builds_the_deepspeed_command(tiny_model_dir, tmp_pa
     config = tmp_path / "zero3_hostfile.yaml"
     config.write_text(shipped.replace("/job/hostfile", str(hostfile)))  # the docs: point a copy to the hostfile
     record = tmp_path / "pdsh.txt"
-    cmd = pacs_train(tiny_model_dir, tmp_path / "out", "--accelerate_config", str(config), "--num_processes", "2")
-    run_ok(Launched(cmd, env={**stand_ins(tmp_path), "PDSH_RECORD": str(record)}, cwd=tmp_path), timeout=180)
+    port = free_port()
+    cmd = pacs_train(tiny_model_dir, tmp_path / "out", "--accelerate_config", str(config), "--num_processes", "2",
+                     "--main_process_port", str(port))  # fmt: skip
+    with holding_port(29500):  # accelerate's default port, held by another job on a busy machine: not needed here
+        run_ok(Launched(cmd, env={**stand_ins(tmp_path), "PDSH_RECORD": str(record)}, cwd=tmp_path), timeout=180)
     argv = record.read_text().splitlines()
+    assert f"--master_port={port}" in argv
     assert argv[argv.index("-w") + 1] == "node-1,node-2"
     world = next(a for a in argv if a.startswith("--world_info="))
     assert json.loads(base64.urlsafe_b64decode(world.split("=", 1)[1])) == {"node-1": [0], "node-2": [0]}

@@ -300,7 +300,7 @@ def _launch(cmd, tmp_path, timeout=900):
 def test_two_cpu_processes(tiny_model_dir, tmp_path):
     (tmp_path / "out").mkdir()
     cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    cmd += ["--main_process_port", "29517", str(SCRIPT), tiny_model_dir, str(tmp_path / "out")]
+    cmd += [str(SCRIPT), tiny_model_dir, str(tmp_path / "out")]
     records = _launch(cmd, tmp_path)
     assert [r["rank"] for r in records] == [0, 1] and all(r["world_size"] == 2 for r in records)
     for record in records:
@@ -317,7 +317,7 @@ def test_two_cpu_processes(tiny_model_dir, tmp_path):
 def test_deepspeed_zero3_on_cpu(tiny_model_dir, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
-    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29518"]
+    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml")]
     cmd += [str(SCRIPT), tiny_model_dir, str(tmp_path / "out")]
     (record,) = _launch(cmd, tmp_path)
     assert record["zero_stage"] == 3 and record["finite_params"]
@@ -344,7 +344,7 @@ def test_split_groups_across_two_processes_match_one_process(tiny_model_dir, tmp
     # pass and num_iterations=2, so the second step is off-policy (psi != 0). Completions are a fixed function of
     # (prompt, position in the group), so both runs see the same ones; rank 1 holds only rows of uniform groups.
     two = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    records, params = _split_run(tmp_path, "two", [*two, "--main_process_port", "29521"], tiny_model_dir, 6, 1, 1, 2)
+    records, params = _split_run(tmp_path, "two", two, tiny_model_dir, 6, 1, 1, 2)
     (whole,), (whole_params,) = _split_run(tmp_path, "one", [sys.executable], tiny_model_dir, 12, 1, 1, 2)
     assert [r["world_size"] for r in records] == [2, 2] and all(r["split"] for r in records) and not whole["split"]
     assert all(label == 0.0 for step in records[1]["labels"] for label in step)  # rank 1: uniform groups only
@@ -365,7 +365,7 @@ def test_split_groups_with_rows_exchanged_between_processes(tiny_model_dir, tmp_
     # each process generated one whole group, and each step needs 2 rows of one group on each process, so the rows
     # are exchanged after generation. Same update as one process with whole groups in generation order.
     two = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
-    records, params = _split_run(tmp_path, "two", [*two, "--main_process_port", "29523"], tiny_model_dir, 1, 2, 4, 1)
+    records, params = _split_run(tmp_path, "two", two, tiny_model_dir, 1, 2, 4, 1)
     (whole,), (whole_params,) = _split_run(
         tmp_path, "one", [sys.executable], tiny_model_dir, 4, 1, 2, 1, "--no-shuffle"
     )
@@ -386,7 +386,6 @@ def test_split_groups_with_rows_exchanged_between_processes(tiny_model_dir, tmp_
 def test_split_groups_under_deepspeed_zero3_with_batch_1(tiny_model_dir, tmp_path):
     (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
     launcher = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml")]
-    launcher += ["--main_process_port", "29522"]
     # per-device batch 1, G=4: 4 micro-batches per optimizer step, 2 optimizer steps per generation
     (record,), _ = _split_run(tmp_path, "z3", launcher, tiny_model_dir, 1, 4, 8, 1)
     assert record["zero_stage"] == 3 and record["split"] and record["update_norm"] > 0

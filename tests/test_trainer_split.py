@@ -199,3 +199,35 @@ def test_logged_loss_is_the_steps_pacs_loss(tiny_model_dir, tmp_path, P, GA, S, 
     assert [e[key] for e in logs] == pytest.approx([e["pacs/loss"] for e in logs], rel=1e-5)
     if entropy_coef:  # the logged loss then holds the bonus: it differs from the PACS loss
         assert all(e["loss"] < e["pacs/loss"] for e in logs)
+
+
+def group_reward(uniform):
+    """Odd-numbered prompts: `uniform` for every completion (1.0: a uniform group; None: unscored); even ones: 1.0
+    for the first completion of the group and 0.0 for the others (a mixed group, whatever the text)."""
+
+    def reward(completions, prompts, **kwargs):
+        odd = [int(p.split()[2]) % 2 == 1 for p in prompts]  # "What is {i} + {3 * i}?"
+        return [uniform if o else float(i % 4 == 0) for i, o in enumerate(odd)]
+
+    reward.__name__ = "group_reward"
+    return reward
+
+
+@pytest.mark.parametrize("layout", [(8, 1, 3), (2, 4, 12)], ids=["whole", "split"])
+def test_dropped_uniform_groups_train_as_if_unscored(tiny_model_dir, tmp_path, layout):
+    # pacs_uniform_groups="drop" on uniform groups == the same groups left unscored (every row weight 0): the mixed
+    # groups' gradient with the same normaliser, a uniform group's exactly 0; kept, uniform groups push off-policy
+    P, GA, S = layout
+    shared = dict(per_device_train_batch_size=P, gradient_accumulation_steps=GA, steps_per_generation=S, max_steps=3)
+    dropped = train(tiny_model_dir, tmp_path, "drop", group_reward(1.0), pacs_uniform_groups="drop", **shared)
+    unscored = train(tiny_model_dir, tmp_path, "unscored", group_reward(None), **shared)
+    kept = train(tiny_model_dir, tmp_path, "keep", group_reward(1.0), **shared)
+    assert dropped[2]._pacs_split == (P < 8)
+    assert relative_gap(unscored, dropped) < 1e-6
+    assert relative_gap(unscored, kept) > 1e-3
+    logs = [e for e in dropped[2].state.log_history if "pacs/loss" in e]
+    assert len(logs) == 3 and logs[-1]["pacs/psi_std"] > 1e-3  # off-policy steps included
+    # logged when on only; with binary labels and every row scored, the uniform groups are the unmixed ones
+    fracs = [e["pacs/uniform_groups_dropped_frac"] for e in logs]
+    assert fracs == pytest.approx([1 - e["pacs/frac_mixed_groups"] for e in logs]) and 0 < max(fracs) < 1
+    assert not any("pacs/uniform_groups_dropped_frac" in e for e in kept[2].state.log_history)

@@ -210,7 +210,7 @@ def test_out_of_place_push_under_deepspeed_zero3(tiny_model_dir, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
     (tmp_path / "push.py").write_text(ZERO3_SCRIPT)
-    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--main_process_port", "29527"]
+    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml")]
     cmd += [str(tmp_path / "push.py"), tiny_model_dir, str(tmp_path / "out")]
     run_launched(cmd, tmp_path)
     record = json.loads((tmp_path / "out" / "rank0.json").read_text())

@@ -63,3 +63,19 @@ def test_the_demo_configs_warn_about_nothing(tmp_path):
         configs = [trainer_config(args, str(tmp_path), algorithm) for algorithm in ALGORITHMS]
     assert _deprecations(record) == [], [str(w.message) for w in _deprecations(record)]
     assert not any(c.gradient_checkpointing for c in configs)  # off at this size, under either name
+
+
+def test_a_tied_lm_head_missing_from_a_checkpoint_is_no_loss(tiny_model_dir):
+    # the tiny Qwen3 ties lm_head to the embeddings: a checkpoint holds the weight once, and a load that "misses"
+    # lm_head.weight lost nothing (tie_weights restores it); anything else missing is a real loss
+    from transformers import AutoModelForCausalLM
+
+    from pacs._compat import only_tied_keys_missing
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert model.config.tie_word_embeddings
+    assert only_tied_keys_missing(model, ["lm_head.weight"])
+    assert not only_tied_keys_missing(model, ["lm_head.weight", "model.norm.weight"])
+    assert not only_tied_keys_missing(model, [])
+    model.config.tie_word_embeddings = False
+    assert not only_tied_keys_missing(model, ["lm_head.weight"])

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))  # learning.py and its report
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
 
-import _common  # noqa: F401  (offline environment)
+import _common  # offline environment; machine_info
 import _tasks
 import learning
 import torch
@@ -104,6 +104,7 @@ def main(argv=None) -> dict:
     if args.smoke:
         args.steps, args.problems, args.repeats = [0, 2], 2, 1
     torch.set_num_threads(1)
+    info = _common.machine_info()  # the CPU (model, kernels, lscpu flags hash), versions and code, as every study
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
 
@@ -159,7 +160,9 @@ def main(argv=None) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = "gradient_term_smoke.json" if args.smoke else "gradient_term.json"
-    raw = {"args": vars(args), "warm_start": warm, "points": points, "table": table}
+    info["load_average_end"] = _common.load_average()
+    argv_ = sys.argv if argv is None else ["benchmarks/gradient_term/gradient_term.py", *argv]
+    raw = {"info": info, "args": vars(args), "argv": argv_, "warm_start": warm, "points": points, "table": table}
     (out / name).write_text(json.dumps(raw, indent=1))
     return raw
 

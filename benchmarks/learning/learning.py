@@ -115,7 +115,9 @@ def make_trainer(name: str, lr: float, args, model_path: str, train_dataset, see
         from trl import RLOOConfig as Config
         from trl import RLOOTrainer as Trainer
     else:
-        raise ValueError(f"config {name!r}: unknown trainer family {family!r}; use 'pacs', 'grpo', 'hardened_grpo' or 'rloo'")
+        raise ValueError(
+            f"config {name!r}: unknown trainer family {family!r}; use 'pacs', 'grpo', 'hardened_grpo' or 'rloo'"
+        )
     config = Config(**{**common, **extra})
     return Trainer(
         model=model_path, reward_funcs=reward or _tasks.answer_reward, args=config, train_dataset=train_dataset,

@@ -14,7 +14,7 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
   `TRL_LM_HEAD_TILE`: what TRL hard-codes for a colocated vLLM engine and its fused LM head (`pacs plan` reads them).
   Update with TRL (tests compare the first three with the installed TRL: tests/test_checks.py, test_grpo_trainer.py).
-- Two instance patches, each on one object the trainer owns (its class and every other instance keep theirs):
+- Three instance patches, each on one object the trainer owns (its class and every other instance keep theirs):
   1. `replace_method` / `VLLM_PARAM_ITERATOR`: `VLLMGeneration._iter_named_params` on a trainer's own
      `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Its replacement names and gathers the
      parameters as TRL's method does (`_fix_param_name_to_vllm`, `_dist`, the `base_model.model.` / `.base_layer` /
@@ -23,6 +23,10 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   2. `optimizer.step` of the optimizer `HardenedGRPOTrainer.create_optimizer` creates, wrapped by
      `pacs.grpo.guards.NonFiniteGradientGuard.install` so that a step whose gradient norm is not finite is skipped.
      Remove when transformers' `Trainer` skips (or lets a callback skip) such a step itself.
+  3. `session.request` of the `requests.Session` of a trainer's own `VLLMClient` (`vllm_mode="server"`), wrapped by
+     `pacs.grpo.vllm_sync.add_read_timeout` so that a call gets `vllm_server_read_timeout` as its read timeout and a
+     server that never replies ends the run with its address, not a hang. Remove when TRL's `VLLMClient` takes a
+     read timeout itself.
 - One module-global swap, below:
 - `group_shuffle` / `shuffle_groups`: `GRPOTrainer._prepare_inputs` shuffles the generation batch row by row through
   the module global `shuffle_sequence_dict`; PACS swaps in a group-preserving twin while the parent method runs.
@@ -42,6 +46,10 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   partition the meta device's tensors ("Cannot copy out of meta tensor; no data!"): the planner's parameter count
   fell back to the formula on every ZeRO-3 launch. transformers' `set_zero3_state` marks zero.Init as already
   entered, so the build skips it. Remove when transformers skips zero.Init under `init_empty_weights` itself.
+- `only_tied_keys_missing`: transformers' `Trainer._issue_warnings_after_load` warns of "missing keys
+  ['lm_head.weight']" whenever a model with tied embeddings loads a checkpoint (its tied copy is not saved), e.g. the
+  final weights of a finished run; the trainer that loads them asks this first and ties the weights instead. Remove
+  when transformers checks the model's tied keys there itself.
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ __all__ = [
     "elastic_restart_env",
     "group_shuffle",
     "no_router_logits",
+    "only_tied_keys_missing",
     "prefer_activation_checkpointing",
     "replace_method",
     "shuffle_groups",
@@ -311,6 +320,18 @@ def no_router_logits(model):
     finally:
         for config in turned_off:
             config.output_router_logits = True
+
+
+def only_tied_keys_missing(model, missing_keys: Sequence[str]) -> bool:
+    """Whether every key a checkpoint load reports missing is a weight tied to another one (`lm_head.weight` of a
+    model with `tie_word_embeddings`, which safetensors saves once): `tie_weights()` restores them, so the load lost
+    nothing. transformers' `Trainer._issue_warnings_after_load` warns "There were missing keys in the checkpoint model
+    loaded: ['lm_head.weight']" for them unless `_keys_to_ignore_on_save` lists them, which transformers 5's Qwen3
+    does not. Remove when that method checks the model's tied keys itself."""
+    if not missing_keys or not getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        return False
+    tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
+    return set(missing_keys) <= set(tied)
 
 
 @contextlib.contextmanager

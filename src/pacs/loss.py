@@ -38,6 +38,10 @@ backpropagates $\sum_i c_i r_i$ micro-batch by micro-batch).
 
 Semantics match the authors' released code (``compute_pacs_loss`` in ritzz-ai/PACS): the loss is divided by the
 batch size $B$, not by $\sum_i w_i$. Rows ``g*G .. g*G+G-1`` of every argument are the completions of one prompt.
+
+A group whose counted completions all carry the same label is *uniform* ([`mixed_group_mask`]); off-policy its gradient
+is label-free (it pulls the group's $\psi$ together). ``uniform_groups="drop"`` gives its rows weight 0 and keeps the
+divisor $B$, so that the mixed groups' gradient is unchanged (`PACSConfig.pacs_uniform_groups`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import torch.nn.functional as F
 REWARD_PROXIES = ("log_ratio", "mean_logp")
 SCORES = ("rloo", "grpo", "dr_grpo", "naive")
 CLASS_WEIGHTS = ("balanced", "positive_only", "negative_only", None)
+UNIFORM_GROUPS = ("keep", "drop")
 
 GRPO_STD_EPS = 1e-6  # as the reference implementation
 
@@ -147,12 +152,19 @@ def compute_score(
     centered = (grouped - total / n.clamp(min=1.0)) * v  # (B/G, G)
     if score == "dr_grpo":
         return centered.view(-1)
+    _check_branch(score, "grpo")
     var = centered.pow(2).sum(-1, keepdim=True) / (n - 1).clamp(min=1.0)  # (B/G, 1) unbiased
     # sqrt has an infinite derivative at 0 and psi == 0 on every on-policy step: take the root only where var > 0
     # (the "double where" keeps NaN out of the backward pass), so the loss and its gradient stay finite.
     positive = var > 0
     std = torch.where(positive, torch.where(positive, var, torch.ones_like(var)).sqrt(), torch.zeros_like(var))
     return (centered / (std + GRPO_STD_EPS)).view(-1)
+
+
+def _check_branch(score: str, branch: str) -> None:
+    """A score listed in `SCORES` without a branch of its own is an error, never `branch`'s computation."""
+    if score != branch:
+        raise NotImplementedError(f"score={score!r} is listed in SCORES but pacs.loss has no computation for it.")
 
 
 def compute_class_weights(
@@ -229,18 +241,59 @@ def compute_class_weight(
     return labels * pos + (1 - labels) * neg
 
 
-def _group_weights(labels, num_generations, score, class_weight, sample_weight, valid):
-    """Class weights with invalid rows, and rows of groups left with < 2 valid rows, weighted 0."""
+def mixed_group_mask(labels: torch.Tensor, counted: torch.Tensor, num_generations: int) -> torch.Tensor:
+    r"""Rows of the mixed groups: those whose counted completions do not all carry the same label.
+
+    A group is *uniform* when the labels of its counted rows are all equal (for 0/1 labels: all correct or all wrong;
+    soft labels must be exactly equal) or when it has fewer than 2 counted rows; every other group is *mixed*. Only
+    mixed groups hold a label contrast; a uniform group's PACS gradient is label-free (it pulls the group's $\psi$
+    together, see `docs/pacs_trainer.md`).
+
+    Args:
+        labels (`torch.Tensor` of shape `(B,)`):
+            Labels $R_i$ in `[0, 1]`; rows `g*G .. g*G+G-1` belong to one prompt.
+        counted (`torch.Tensor` of shape `(B,)`):
+            `True` for the rows whose label counts (in the trainer: sample weight > 0, i.e. scored by some reward
+            function, with a non-empty completion mask); the other rows' labels are ignored.
+        num_generations (`int`):
+            Group size $G$; `B % G == 0`.
+
+    Returns:
+        `torch.Tensor` of shape `(B,)`, bool: `True` for every row of a mixed group (whatever its own `counted`).
+
+    Example:
+
+    >>> import torch
+    >>> labels = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    >>> mixed_group_mask(labels, torch.tensor([True] * 6 + [False, True]), 4).tolist()  # row 6 is not counted
+    [True, True, True, True, False, False, False, False]
+    """
+    G = num_generations
+    _check_groups(labels.numel(), G)
+    counted = counted.bool().view(-1, G)  # (B/G, G)
+    grouped = labels.view(-1, G)  # (B/G, G)
+    inf = torch.full_like(grouped, float("inf"))
+    low = torch.where(counted, grouped, inf).amin(-1, keepdim=True)  # (B/G, 1) smallest counted label
+    high = torch.where(counted, grouped, -inf).amax(-1, keepdim=True)  # (B/G, 1) largest counted label
+    mixed = (counted.sum(-1, keepdim=True) >= 2) & (low < high)  # (B/G, 1)
+    return mixed.expand(-1, G).reshape(-1)  # (B,)
+
+
+def _group_weights(labels, num_generations, score, class_weight, sample_weight, valid, uniform_groups="keep"):
+    """Class weights with invalid rows, rows of groups left with < 2 valid rows and (`uniform_groups="drop"`) rows of
+    uniform groups weighted 0; the rows that take part before that last rule, and the mixed groups' rows."""
     keep = torch.ones_like(labels) if sample_weight is None else sample_weight.to(labels.dtype)
     if valid is not None:
         v = valid.to(labels.dtype)
         if score != "naive":  # a group needs two real samples to compare them
             v = v * (v.view(-1, num_generations).sum(-1, keepdim=True) >= 2).expand(-1, num_generations).reshape(-1)
         keep = keep * v
-    return compute_class_weights(labels, num_generations, class_weight, keep), keep
+    mixed = mixed_group_mask(labels, keep > 0, num_generations)  # (B,)
+    weight = keep * mixed.to(keep.dtype) if uniform_groups == "drop" else keep  # (B,) the normaliser stays B
+    return compute_class_weights(labels, num_generations, class_weight, weight), keep, mixed
 
 
-def _loss_terms(rewards, labels, num_generations, score, class_weight, sample_weight, valid):
+def _loss_terms(rewards, labels, num_generations, score, class_weight, sample_weight, valid, uniform_groups):
     """The loss, its statistics, and (labels, w+, w-) in the dtype of psi, for `pacs_loss_from_rewards` and
     `pacs_coefficients`."""
     B = rewards.shape[0]
@@ -248,9 +301,12 @@ def _loss_terms(rewards, labels, num_generations, score, class_weight, sample_we
         raise ValueError(f"labels must have shape ({B},) to match the {B} completions, got {tuple(labels.shape)}.")
     _check_groups(B, num_generations)
     _check_choice("class_weight", class_weight, CLASS_WEIGHTS)
+    _check_choice("uniform_groups", uniform_groups, UNIFORM_GROUPS)
     psi = compute_score(rewards, num_generations, score, valid)  # (B,)
     labels = labels.to(psi.dtype)
-    (pos, neg), keep = _group_weights(labels, num_generations, score, class_weight, sample_weight, valid)  # (B,)
+    (pos, neg), keep, mixed = _group_weights(
+        labels, num_generations, score, class_weight, sample_weight, valid, uniform_groups
+    )  # (B,) each
     pos, neg = pos.to(psi.dtype), neg.to(psi.dtype)
     # -[w+ R log sigma(psi) + w- (1 - R) log sigma(-psi)], with log sigma(x) = -softplus(-x)
     per_sample = pos * labels * F.softplus(-psi) + neg * (1 - labels) * F.softplus(psi)  # (B,)
@@ -260,6 +316,7 @@ def _loss_terms(rewards, labels, num_generations, score, class_weight, sample_we
         "psi": psi.detach(),
         "weights": (labels * pos + (1 - labels) * neg).detach(),
         "counted": keep.detach() > 0,  # the samples, whatever their class weight (the critic's metrics)
+        "mixed": mixed,  # rows of groups whose counted labels differ (`mixed_group_mask`)
         "probs": torch.sigmoid(psi.detach()),
         "per_sample_loss": F.binary_cross_entropy_with_logits(psi.detach(), labels, reduction="none"),
     }
@@ -274,6 +331,7 @@ def pacs_loss_from_rewards(
     class_weight: str | None = "balanced",
     sample_weight: torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
+    uniform_groups: str = "keep",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""The PACS loss of whole groups given their reward proxies $r$ (see [`pacs_loss`] for the arguments).
 
@@ -287,7 +345,9 @@ def pacs_loss_from_rewards(
     Returns:
         `tuple[torch.Tensor, dict[str, torch.Tensor]]`: as [`pacs_loss`].
     """
-    loss, stats, _ = _loss_terms(rewards, labels, num_generations, score, class_weight, sample_weight, valid)
+    loss, stats, _ = _loss_terms(
+        rewards, labels, num_generations, score, class_weight, sample_weight, valid, uniform_groups
+    )
     return loss, stats
 
 
@@ -300,6 +360,7 @@ def pacs_coefficients(
     sample_weight: torch.Tensor | None = None,
     valid: torch.Tensor | None = None,
     normalizer: float | None = None,
+    uniform_groups: str = "keep",
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     r"""Closed-form $c_i = \partial \mathcal{L} / \partial r_i$ of the PACS loss of whole groups, and the loss.
 
@@ -324,6 +385,8 @@ def pacs_coefficients(
             As in [`pacs_loss_from_rewards`].
         normalizer (`float`, *optional*):
             Divide by this instead of $B$ (e.g. the number of rows of an optimizer step across all processes).
+        uniform_groups (`str`, *optional*, defaults to `"keep"`):
+            As in [`pacs_loss`]; with `"drop"` every row of a uniform group gets $c_i = 0$.
 
     Returns:
         `tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]`: $c$ `(B,)`, the 0-dim loss (divided by
@@ -339,7 +402,7 @@ def pacs_coefficients(
     """
     rewards = rewards.detach()
     loss, stats, (labels, pos, neg) = _loss_terms(
-        rewards, labels, num_generations, score, class_weight, sample_weight, valid
+        rewards, labels, num_generations, score, class_weight, sample_weight, valid, uniform_groups
     )
     B = rewards.shape[0]
     scale = B / normalizer if normalizer is not None else 1.0
@@ -358,6 +421,7 @@ def pacs_coefficients(
         return (coef * v).view(-1), loss, stats
     if score == "dr_grpo":
         return ((g - g_total / n.clamp(min=1.0)) * v).view(-1), loss, stats
+    _check_branch(score, "grpo")
     r = rewards.to(g.dtype).view(-1, G)
     d = (r - (r * v).sum(-1, keepdim=True) / n.clamp(min=1.0)) * v  # (B/G, G)
     var = d.pow(2).sum(-1, keepdim=True) / (n - 1).clamp(min=1.0)  # (B/G, 1)
@@ -380,6 +444,7 @@ def pacs_loss(
     score: str = "rloo",
     class_weight: str | None = "balanced",
     sample_weight: torch.Tensor | None = None,
+    uniform_groups: str = "keep",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     r"""The PACS loss $-\frac{1}{B}\sum_i [w^+_i R_i \log\sigma(\psi_i) + w^-_i (1-R_i) \log(1-\sigma(\psi_i))]$.
 
@@ -407,11 +472,17 @@ def pacs_loss(
             See [`compute_class_weights`].
         sample_weight (`torch.Tensor` of shape `(B,)`, *optional*):
             Extra per-completion weight (see [`compute_class_weights`]).
+        uniform_groups (`str`, *optional*, defaults to `"keep"`):
+            `"keep"`: every group takes part (the paper). `"drop"`: every row of a uniform group (its counted rows'
+            labels all equal, or fewer than 2 counted rows: see [`mixed_group_mask`]; a row counts when its sample
+            weight is > 0 and it is a sample of the policy) gets sample weight 0, so that its gradient is exactly 0;
+            the loss is still divided by $B$, all rows of the batch.
 
     Returns:
         `tuple[torch.Tensor, dict[str, torch.Tensor]]`: the 0-dim loss, and detached statistics for logging:
         `rewards` `(B,)`, `psi` `(B,)`, `weights` `(B,)` $= R w^+ + (1-R) w^-$, `counted` `(B,)` (bool: the samples
-        that take part, whatever their class weight: sample weight > 0, in a group with two of them), `probs` `(B,)`
+        that take part, whatever their class weight: sample weight > 0, in a group with two of them; uniform groups
+        included whatever `uniform_groups`), `mixed` `(B,)` (bool: the rows of mixed groups), `probs` `(B,)`
         $= \sigma(\psi)$ and `per_sample_loss` `(B,)` (unweighted BCE).
 
     Example:
@@ -429,5 +500,6 @@ def pacs_loss(
     rewards = compute_reward_proxy(per_token_logps, old_per_token_logps, completion_mask, beta, reward_proxy)  # (B,)
     valid = completion_mask.sum(-1) > 0  # (B,) rows that are samples of the policy
     return pacs_loss_from_rewards(
-        rewards, labels, num_generations, score, class_weight, sample_weight, None if valid.all() else valid
-    )
+        rewards, labels, num_generations, score, class_weight, sample_weight, None if valid.all() else valid,
+        uniform_groups,
+    )  # fmt: skip

@@ -142,14 +142,16 @@ def attach_step_coefficients(
     generation_batch_size: int,
     score: str,
     class_weight: str,
+    uniform_groups: str = "keep",
 ) -> tuple[torch.Tensor, dict, torch.Tensor]:
     """Store in each micro-batch of an optimizer step its coefficients c_i = dL/dr_i of the step's whole groups
     (`pacs_coef`, `(B,)`) and the step's PACS loss (`pacs_step_loss`, `()`); return the step's loss, its stats (`psi`,
-    `weights`, `rewards`) and labels over those whole groups, for the trainer to log the critic.
+    `weights`, `rewards`, `counted`, `mixed`) and labels over those whole groups, for the trainer to log the critic.
 
     `reward_proxy(batch, mask)`: r `(B,)` of a micro-batch under the current policy, without grad (exactly 0 where the
     policy is the anchor); `sample_weight(batch, mask)`: each row's weight `(B,)`; `gather`: the all-gather over
-    processes (`accelerator.gather`). `score`, `class_weight`: the `PACSConfig` settings.
+    processes (`accelerator.gather`). `score`, `class_weight`, `uniform_groups`: the `PACSConfig` settings
+    (`pacs_score`, `pacs_class_weight`, `pacs_uniform_groups`).
 
     1. r of every row of the step on this process; 2. gather r, labels and weights of all processes into whole groups
        (`pacs_index`); 3. c in closed form (`pacs_coefficients`) over all rows of the step, normalised by their number
@@ -166,7 +168,7 @@ def attach_step_coefficients(
     step = _whole_groups(gather, {key: torch.cat(value) for key, value in rows.items()}, num_generations)
     coef, loss, stats = pacs_coefficients(
         step["rewards"], step["labels"], num_generations, score, class_weight,
-        step["weight"], None if step["valid"].all() else step["valid"],
+        step["weight"], None if step["valid"].all() else step["valid"], uniform_groups=uniform_groups,
     )  # fmt: skip
     by_index = torch.zeros(generation_batch_size, device=coef.device, dtype=coef.dtype)
     by_index[step["pacs_index"]] = coef

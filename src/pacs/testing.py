@@ -272,13 +272,25 @@ use_cpu: true
 """An `accelerate launch --config_file` for DeepSpeed ZeRO-3 on one CPU process, for tests and smoke runs."""
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a launch's rendezvous: tests never rely on accelerate's default 29500,
+    which another job on the machine may hold."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def accelerate_launch() -> list[str]:
-    """The command that starts `accelerate launch`: the console script, or the module where it is not on PATH."""
+    """The command that starts `accelerate launch` (the console script, or the module where it is not on PATH) on a
+    free port (`free_port`), so that a launch never fails on a port another process holds."""
     import shutil
     import sys
 
     exe = shutil.which("accelerate")
-    return [exe, "launch"] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
+    command = [exe, "launch"] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
+    return [*command, "--main_process_port", str(free_port())]
 
 
 def run_launched(cmd: list[str], cwd, timeout: int = 900):

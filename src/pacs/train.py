@@ -41,18 +41,19 @@ import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from trl import GRPOConfig, ModelConfig, get_peft_config
 
-from pacs import PACSTrainer
 from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
-from pacs.grpo import HardenedGRPOTrainer
 from pacs.grpo.checkpoints import run_identity, train_unless_finished
-from pacs.grpo.checks import check_trainer_datasets
+from pacs.grpo.checks import check_trainer_datasets, reward_keywords
 from pacs.grpo.resume import remove_checkpoints, restart_count, resume_checkpoint
+from pacs.options import USER_ERRORS
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_parser: `pacs.train`'s public names)
+    ALGORITHMS,
     Recipe,
     ScriptArguments,
     check_inputs,
@@ -65,13 +66,11 @@ from pacs.rewards import get_reward_funcs
 
 logger = logging.getLogger(__name__)
 
-TRAINERS = {"pacs": PACSTrainer, "grpo": HardenedGRPOTrainer}
-"""`algorithm` -> the trainer (its config: `pacs.recipes.reader.CONFIGS`): PACS, or the same hardened layer with GRPO's
-own loss (the baseline)."""
 
-
-def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
-    """The training set (`--dataset_name`) and the evaluation set (`--eval_benchmark`, when `eval_strategy` is on)."""
+def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig, keep_columns: Sequence[str] = ()):
+    """The training set (`--dataset_name`: the math format, `problem`/`answer`, or TRL's, a `prompt` column and the
+    columns the rewards take; `keep_columns` of a math-format file are kept too) and the evaluation set
+    (`--eval_benchmark`, when `eval_strategy` is on)."""
     train_dataset = load_train_dataset(
         script_args.dataset_name,
         problem_column=script_args.problem_column,
@@ -79,6 +78,7 @@ def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
         limit=script_args.dataset_limit or None,
         prompt_suffix=script_args.prompt_suffix,
         system_prompt=script_args.system_prompt or None,
+        keep_columns=keep_columns,
     )
     eval_dataset = None
     if training_args.eval_strategy != "no":
@@ -91,6 +91,31 @@ def load_datasets(script_args: ScriptArguments, training_args: GRPOConfig):
             script_args.eval_benchmark, limit=script_args.eval_limit, system_prompt=script_args.system_prompt or None
         )
     return train_dataset, eval_dataset
+
+
+def load_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig | None = None):
+    """The reward functions and the data, checked against each other (`pacs.grpo.checks`): the columns each reward
+    takes are kept and must be there, and `prompt` must be. With `model_args`, the training prompts longer than
+    `max_prompt_tokens` are dropped first (this needs the tokenizer). Returns the training set, the evaluation set
+    and the reward functions; every refusal is a `ValueError` of one message."""
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache
+    )
+    train_dataset, eval_dataset = load_datasets(script_args, training_args, reward_keywords(reward_funcs))
+    if model_args is not None and script_args.max_prompt_tokens is not None:  # the paper filters overlong prompts
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            trust_remote_code=training_args.trust_remote_code,
+        )
+        train_dataset = drop_long_prompts(
+            train_dataset, tokenizer, script_args.max_prompt_tokens, training_args.chat_template_kwargs
+        )
+    datasets = {"train_dataset": train_dataset, "eval_dataset": eval_dataset}
+    check_trainer_datasets({k: v for k, v in datasets.items() if v is not None}, reward_funcs, training_args)
+    return train_dataset, eval_dataset, reward_funcs
 
 
 def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig):
@@ -125,27 +150,10 @@ def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args:
     model_init_kwargs.update(training_args.model_init_kwargs or {})
     training_args.model_init_kwargs = model_init_kwargs
 
-    # 2. Data and rewards: the prompts are conversational and the gold answers sit in the `solution` column,
-    # which TRL hands to every reward function as a keyword argument; checked against each other here (the trainer
-    # checks them again, `pacs.grpo.checks`, for users who build it themselves).
-    train_dataset, eval_dataset = load_datasets(script_args, training_args)
-    reward_funcs = get_reward_funcs(
-        script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache
-    )
-    if script_args.max_prompt_tokens is not None:  # the paper filters overlong prompts before training
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(
-            model_args.model_name_or_path,
-            revision=model_args.model_revision,
-            trust_remote_code=training_args.trust_remote_code,
-        )
-        train_dataset = drop_long_prompts(
-            train_dataset, tokenizer, script_args.max_prompt_tokens, training_args.chat_template_kwargs
-        )
-    datasets = {"train_dataset": train_dataset, "eval_dataset": eval_dataset}
-    check_trainer_datasets({k: v for k, v in datasets.items() if v is not None}, reward_funcs, training_args)
-    return train_dataset, eval_dataset, reward_funcs
+    # 2. Data and rewards: TRL hands every column of the data to every reward function as a keyword argument (the
+    # math format's gold answers sit in `solution`); checked against each other here (the trainer checks them again,
+    # `pacs.grpo.checks`, for users who build it themselves).
+    return load_inputs(script_args, training_args, model_args)
 
 
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
@@ -156,7 +164,7 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
 def train(script_args, training_args, model_args, train_dataset, eval_dataset, reward_funcs) -> None:
     """The trainer (PACS, or the GRPO baseline on identical arguments and the same hardened layer) on what `prepare`
     returned, `train()`, the saved model."""
-    trainer_cls = TRAINERS[script_args.algorithm]
+    trainer_cls = ALGORITHMS[script_args.algorithm].trainer_class()
     trainer = trainer_cls(
         model=model_args.model_name_or_path,
         reward_funcs=reward_funcs,
@@ -223,11 +231,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, GRPOConf
 # ---------------------------------------------------------------------------------------------------------------------
 # Entry points: `pacs train` (launches accelerate when asked) and `python -m pacs.train` (this process)
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-USER_ERRORS = (ValueError, FileNotFoundError)
-"""What an ordinary mistake raises before the model loads (a recipe, key or value; a model, data file, column,
-reward or checkpoint that does not exist): `pacs train` prints its message, exit 2, no traceback."""
 
 
 def _error(prog: str, error: Exception) -> int:
@@ -330,6 +333,7 @@ def run(args) -> int:
         else:  # the ranks check again, with their own view of the run (world size, GPU memory)
             check_inputs(recipe.script_args, recipe.training_args, recipe.model_args)
             check_launch(recipe)
+            load_inputs(recipe.script_args, recipe.training_args)  # the data against the rewards, once, here
             _check_before_launch(recipe)  # the resume decision (or its refusal), once, before anything starts
     except USER_ERRORS as error:
         return _error("pacs train", error)

@@ -4,10 +4,13 @@ PACS (https://arxiv.org/abs/2509.02522) treats RLVR as supervised learning: the 
 is a label, and the policy's own group-relative log-ratio score $\\psi$ is the logit that predicts it, so the policy
 is actor and critic at once (see `pacs.loss`).
 
-The only change w.r.t. `GRPOTrainer` is the loss; generation (transformers, vLLM colocate or server), reward
-functions, reference model / KL, PEFT, DeepSpeed and logging are inherited unchanged, and the checks, guards,
-checkpoints and vLLM hardening come from `HardenedGRPOTrainer`. PACS extends that layer's named points and overrides
-two TRL methods no other class overrides:
+What changes w.r.t. `GRPOTrainer`: the loss, and what the loss needs of the batch: the generation batch is shuffled
+by whole groups instead of by rows, and, when a group does not fit in one micro-batch, rows are exchanged between
+processes and each optimizer step carries its groups' closed-form coefficients (the split path, `pacs.split`).
+Generation (transformers, vLLM colocate or server), reward functions, reference model / KL, PEFT, DeepSpeed and
+logging are inherited unchanged, and the checks, guards, checkpoints and vLLM hardening come from
+`HardenedGRPOTrainer`. PACS extends that layer's named points and overrides two TRL methods no other class
+overrides:
 
 1. `_check_args` returns the split path's layout, before the model loads; `_after_rewards` returns each completion's
    label (the `reward_weights`-weighted sum of the reward functions, each mapped by `pacs_label_transform`), checked
@@ -50,9 +53,10 @@ class PACSTrainer(HardenedGRPOTrainer):
     $r_i = \\beta \\sum_t (\\log \\pi_\\theta - \\log \\pi_{old})$. On an on-policy step the gradient is RLOO's; on the
     further optimizer steps of the same rollout the implicit critic's calibration term kicks in.
 
-    The only change w.r.t. [`~trl.GRPOTrainer`] is the loss; everything else is inherited unchanged, with the checks,
-    guards and checkpoints of [`~pacs.grpo.HardenedGRPOTrainer`]. Takes the same arguments as `GRPOTrainer`, with
-    `args` a [`PACSConfig`].
+    What changes w.r.t. [`~trl.GRPOTrainer`] is the loss and what it needs of the batch (shuffled by whole groups;
+    on the split path, rows exchanged between processes and each step's whole-group coefficients: the module's
+    docstring); everything else is inherited unchanged, with the checks, guards and checkpoints of
+    [`~pacs.grpo.HardenedGRPOTrainer`]. Takes the same arguments as `GRPOTrainer`, with `args` a [`PACSConfig`].
 
     Example:
 
@@ -197,6 +201,7 @@ class PACSTrainer(HardenedGRPOTrainer):
                     batches, functools.partial(self._reward_proxy_without_grad, on_policy=fresh),
                     functools.partial(self._sample_weight, dtype=torch.float32), self.accelerator.gather,
                     self.num_generations, args.generation_batch_size, args.pacs_score, args.pacs_class_weight,
+                    args.pacs_uniform_groups,
                 )  # fmt: skip
                 self._log_pacs_metrics("train", loss, stats, labels, fresh=fresh, whole_step=True)
         return inputs
@@ -250,9 +255,11 @@ class PACSTrainer(HardenedGRPOTrainer):
             score=self.args.pacs_score,
             class_weight=self.args.pacs_class_weight,
             sample_weight=self._sample_weight(inputs, mask, per_token_logps.dtype),
+            uniform_groups=self.args.pacs_uniform_groups,
         )
         gather = self.accelerator.gather
-        gathered = {key: gather(stats[key]) for key in ("psi", "counted", "rewards")}
+        keys = ("psi", "counted", "rewards") + (("mixed",) if self.args.pacs_uniform_groups == "drop" else ())
+        gathered = {key: gather(stats[key]) for key in keys}
         fresh = self._fresh_step()  # this micro-batch's step: the first after a generation? (the split path's rule)
         labels = gather(inputs["pacs_labels"])
         self._log_pacs_metrics("train", gather(loss.detach()).mean(), gathered, labels, fresh)
@@ -290,6 +297,9 @@ class PACSTrainer(HardenedGRPOTrainer):
         pools the step's micro-batches (`pacs.critic`); `fresh`: the step is a generation's first."""
         metrics = self._metrics[mode]
         metrics["pacs/loss"].append(float(loss))
+        if self.args.pacs_uniform_groups == "drop":  # the share of groups the loss left out
+            mixed = stats["mixed"].view(-1, self.num_generations)[:, 0]  # (groups,)
+            metrics["pacs/uniform_groups_dropped_frac"].append(1.0 - mixed.float().mean().item())
         # the samples whatever their class weight: with positive_only / negative_only, half of them weigh 0
         counted = stats["counted"]
         for key, value in critic_metrics(

@@ -6,7 +6,8 @@ and [`ANCHORS`] maps each `pacs_anchor` name to its [`AnchorInfo`]: where the cl
 builds it), a one-line description, and what the planner needs to know (a frozen copy of the model beside the policy;
 the setting that makes that copy change during a run). `PACSConfig` (choices, validation), `pacs demo` (choices) and
 `pacs plan` (memory and checkpoint sizes) read the registry, so a new anchor is one module in this package and one
-line here.
+line here (or one `register_anchor` call elsewhere); its class is checked against [`Anchor`] when it registers and
+when a trainer builds it.
 
 Importing this package imports neither torch nor TRL (`pacs plan` reads it).
 """
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 
 
 __all__ = [
-    "ANCHORS", "ANCHOR_CHOICES", "Anchor", "AnchorInfo", "anchor_class", "anchor_description", "anchor_names",
-    "make_anchor",
+    "ANCHORS", "ANCHOR_CHOICES", "ANCHOR_METHODS", "Anchor", "AnchorInfo", "anchor_class", "anchor_description",
+    "anchor_names", "check_anchor", "make_anchor", "register_anchor",
 ]  # fmt: skip
 
 
@@ -101,9 +102,40 @@ def anchor_description() -> str:
 
 
 def anchor_class(name: str) -> type:
-    """The class of anchor `name`, imported now."""
-    module, _, attribute = ANCHORS[name].target.partition(":")
+    """The class of anchor `name`, imported now and checked against [`Anchor`]."""
+    return check_anchor(_import(ANCHORS[name].target), name)
+
+
+def _import(target: str) -> type:
+    module, _, attribute = target.partition(":")
     return getattr(importlib.import_module(module), attribute)
+
+
+def register_anchor(name: str, info: AnchorInfo) -> None:
+    """Add the anchor `name` to [`ANCHORS`] (which `PACSConfig`, `pacs demo` and `pacs plan` read), after importing
+    its class and checking it against [`Anchor`]: a class that lacks a member fails here, not at a run's first step.
+
+    Raises:
+        `ValueError`: `name` is registered already. `TypeError`: the class lacks members of [`Anchor`] (named).
+    """
+    if name in ANCHORS:
+        raise ValueError(
+            f"An anchor named {name!r} is registered already ({ANCHORS[name].target}); pick another name."
+        )
+    check_anchor(_import(info.target), name)
+    ANCHORS[name] = info
+
+
+def check_anchor(cls: type, name: str = "") -> type:
+    """`cls`, if it has every method of the [`Anchor`] protocol (its `at_policy` attribute may be set in `__init__`:
+    `make_anchor` checks it on the instance); else a `TypeError` naming what it lacks."""
+    missing = [member for member in ANCHOR_METHODS if not callable(getattr(cls, member, None))]
+    if missing:
+        raise TypeError(
+            f"The anchor {name or cls.__name__!r} ({cls.__module__}.{cls.__qualname__}) lacks {missing} of the "
+            "`pacs.anchors.Anchor` protocol: define them (see its docstrings), e.g. by subclassing RolloutAnchor."
+        )
+    return cls
 
 
 class Anchor(Protocol):
@@ -140,7 +172,15 @@ class Anchor(Protocol):
         """Restores what `save` wrote."""
 
 
+ANCHOR_METHODS = tuple(name for name, value in vars(Anchor).items() if callable(value) and not name.startswith("_"))
+"""The methods of the [`Anchor`] protocol, which every registered anchor's class has."""
+
+
 def make_anchor(name: str, args, model, accelerator, logps, kl_ref_model=None) -> Anchor:
     """The anchor `name` for a `PACSTrainer` (after `GRPOTrainer.__init__`: the reference anchor builds pi_ref beside
     the model)."""
-    return anchor_class(name)(args, model, accelerator, logps, kl_ref_model)
+    anchor = anchor_class(name)(args, model, accelerator, logps, kl_ref_model)
+    for attribute in Anchor.__annotations__:  # `at_policy`: set by the class or its `__init__`
+        if not hasattr(anchor, attribute):
+            raise TypeError(f"The anchor {name!r} sets no `{attribute}` (the `pacs.anchors.Anchor` protocol).")
+    return anchor

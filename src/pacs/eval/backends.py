@@ -57,7 +57,7 @@ def _render_prompt(tokenizer, prompt: Any, chat_template: bool) -> str:
         return "\n\n".join(m["content"] for m in messages)
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
-            "The tokenizer has no chat template; evaluate with chat_template=False (--no-chat-template) to feed the "
+            "The tokenizer has no chat template; evaluate with chat_template=False (--no_chat_template) to feed the "
             "plain prompt, or use a tokenizer that defines one."
         )
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -1,8 +1,8 @@
 """`pacs eval`: sample n completions per benchmark problem and report unbiased pass@k, by default as the paper does.
 
-pacs eval --model Qwen/Qwen3-4B --output-dir eval/qwen3-4b                 # the paper's protocol (GPU, vLLM)
-pacs eval --model Qwen/Qwen3-4B --output-dir eval/qwen3-4b --diversity     # + the diversity score
-pacs eval --model runs/ckpt --n 4 --limit 10 --max-new-tokens 1024 --output-dir eval/quick   # a laptop
+pacs eval --model Qwen/Qwen3-4B --output_dir eval/qwen3-4b                 # the paper's protocol (GPU, vLLM)
+pacs eval --model Qwen/Qwen3-4B --output_dir eval/qwen3-4b --diversity     # + the diversity score
+pacs eval --model runs/ckpt --n 4 --limit 10 --max_new_tokens 1024 --output_dir eval/quick   # a laptop
 pacs eval --config eval.yaml --n 8                                         # settings from a file, one overridden
 
 The options are two dataclasses read by TRL's `TrlParser` (a `transformers.HfArgumentParser` that also reads
@@ -13,10 +13,10 @@ sample and report; the keywords of `pacs.eval.evaluate`). `--help` is their fiel
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 from dataclasses import dataclass, field, fields
 
+from ..cli import did_you_mean
 from .run import DEFAULT_BENCHMARKS
 
 
@@ -30,10 +30,10 @@ DESCRIPTION = (
     "chat template with the system turn 'You are a helpful assistant.'; vLLM with prefix caching at 0.9 GPU memory, "
     "tensor parallel 1), verify them with math-verify and write eval_rollouts.jsonl, eval_metrics.json (pass@k in %, "
     "k = 1, 2, 4, ... n, per benchmark and their average), eval_report.md (pass@1 and the pass@k table for k = 1, 4, "
-    "8, 16, 32, 64, with the paper's values beside them for Qwen3-4B/8B) and eval_passk.png to --output-dir. Uses "
+    "8, 16, 32, 64, with the paper's values beside them for Qwen3-4B/8B) and eval_passk.png to --output_dir. Uses "
     "vLLM when it is installed and a GPU is present, transformers otherwise. The defaults take GPU-hours (128 samples "
     "x 700 problems of up to 8192 tokens): on a laptop or CPU, lower --n (e.g. 4) and --limit (e.g. 10), and "
-    "--max-new-tokens. Every option can also come from a YAML file (--config eval.yaml, keys as the option names "
+    "--max_new_tokens. Every option can also come from a YAML file (--config eval.yaml, keys as the option names "
     "with underscores); options on the command line override it. Everything that can be checked without the model "
     "(settings, paths, benchmarks, the output directory, the diversity score's package and model files) is checked "
     "before it loads."
@@ -62,7 +62,7 @@ class EvalArguments:
         default=",".join(DEFAULT_BENCHMARKS),
         metadata={
             "help": "Comma-separated bundled benchmarks (math500, amc23, aime24, aime25, beyondaime) or paths of "
-            ".jsonl/.json/.parquet files with problem and answer columns (see --problem-column, --answer-column)."
+            ".jsonl/.json/.parquet files with problem and answer columns (see --problem_column, --answer_column)."
         },
     )
     tokenizer: str | None = field(
@@ -80,12 +80,12 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def make_parser():
-    """The `pacs eval` option parser: TRL's `TrlParser` over [`EvalArguments`] and `EvalSettings`."""
-    from trl import TrlParser
-
+    """The `pacs eval` option parser: `pacs.options.CommandParser` (TRL's `TrlParser`) over [`EvalArguments`] and
+    `EvalSettings`."""
+    from ..options import CommandParser
     from .settings import EvalSettings
 
-    parser = TrlParser(
+    parser = CommandParser(
         (EvalArguments, EvalSettings), prog="pacs eval", description=DESCRIPTION, formatter_class=_HelpFormatter
     )
     # the two options that are not a field: the file TrlParser reads, and the short form of --system_prompt ''
@@ -93,8 +93,8 @@ def make_parser():
         "--config", default=argparse.SUPPRESS, metavar="FILE.yaml", help="Read the options from a YAML file first."
     )
     parser.add_argument(
-        "--no-system-prompt",
         "--no_system_prompt",
+        "--no-system-prompt",
         dest="system_prompt",
         action="store_const",
         const="",
@@ -106,7 +106,8 @@ def make_parser():
 
 def _unknown_options(parser, config_extra: list[str], cli_extra: list[str]) -> str | None:
     """An error naming each unknown option (of the command line or the --config file) and the closest valid ones."""
-    known = [s for action in parser._actions for s in action.option_strings]
+    # named in the underscore spelling (the dash spellings are accepted, never suggested)
+    known = [s for action in parser._actions for s in action.option_strings if "-" not in s[2:]]
     # a --config file sets fields by name: `progress: false`, never `no_progress: true` (an option, not a key)
     keys = [s for action in parser._actions for s in action.option_strings if s.lstrip("-") == action.dest]
     problems = []
@@ -117,14 +118,12 @@ def _unknown_options(parser, config_extra: list[str], cli_extra: list[str]) -> s
                 value = str(action.const).lower() if isinstance(action.const, bool) else repr(action.const)
                 problems.append(f"{option} in the {where} (write `{action.dest}: {value}` there)")
                 continue
-            close = difflib.get_close_matches(
-                option.split("=")[0], keys if where == "--config file" else known, n=3, cutoff=0.6
-            )
-            hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+            close = did_you_mean(option.split("=")[0], keys if where == "--config file" else known)
+            hint = f" ({close})" if close else ""
             problems.append(f"{option} in the {where}{hint}")
     if not problems and (config_extra or cli_extra):
         problems.append(f"unexpected values {config_extra + cli_extra}")
-    return "unknown options: " + "; ".join(problems) + ". See pacs eval --help." if problems else None
+    return "unknown options: " + "; ".join(problems) + " (`pacs eval --help` lists every option)" if problems else None
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -141,20 +140,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Run `pacs eval` on the options in `args.overrides`; returns the exit code."""
+    """Run `pacs eval` on the options in `args.overrides`; returns the exit code (2, in one line, for an ordinary
+    mistake: an option, a setting, a path, a file)."""
+    from ..options import USER_ERRORS
+
+    try:
+        return _run_eval(args.overrides)
+    except USER_ERRORS as error:  # logged, as everything `pacs eval` says while it runs
+        logger.error("%s", error)
+        return 2
+
+
+def _run_eval(argv: list[str]) -> int:
     from .run import evaluate
 
     parser = make_parser()
     try:
         arguments, settings, config_extra, cli_extra = parser.parse_args_and_config(
-            args.overrides, return_remaining_strings=True, separate_remaining_strings=True
+            argv, return_remaining_strings=True, separate_remaining_strings=True
         )
-    except (OSError, ValueError) as e:  # a settings check in EvalSettings.__post_init__, an unreadable --config
-        logger.error("%s", e)
-        return 2
+    except OSError as error:  # an unreadable --config
+        raise ValueError(str(error)) from error
     unknown = _unknown_options(parser, config_extra, cli_extra)
     if unknown:
-        parser.error(unknown)
+        raise ValueError(unknown)
     try:
         evaluate(
             model=arguments.model,
@@ -163,9 +172,8 @@ def run_eval(args: argparse.Namespace) -> int:
             tokenizer=arguments.tokenizer,
             **{f.name: getattr(settings, f.name) for f in fields(settings)},
         )
-    except (OSError, ValueError, ImportError) as e:  # wrong arguments, paths or files: the message says what to do
-        logger.error("%s", e)
-        return 2
+    except (OSError, ImportError) as error:  # wrong paths or files, a missing package: the message says what to do
+        raise ValueError(str(error)) from error
     logger.info(
         "Wrote %s/eval_metrics.json, eval_report.md, eval_rollouts.jsonl and eval_passk.png", arguments.output_dir
     )

@@ -113,7 +113,7 @@ def check_embedding_model(name_or_path: str = DEFAULT_DIVERSITY_MODEL) -> None:
         return
     fix = (
         f"download it where there is a network (hf download {text}) and copy the Hugging Face cache "
-        f"(~/.cache/huggingface/hub), or save it to a directory and pass that path as --diversity-model"
+        f"(~/.cache/huggingface/hub), or save it to a directory and pass that path as --diversity_model"
     )
     if _offline():
         raise OSError(

@@ -38,7 +38,7 @@ def _read_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> tuple[l
     if existing and not (overwrite or resume):
         raise FileExistsError(
             f"{output_dir} already holds an evaluation ({', '.join(existing)}). Pass --overwrite (overwrite=True) to "
-            "replace it, --resume (resume=True) to add only the missing samples, or choose another --output-dir."
+            "replace it, --resume (resume=True) to add only the missing samples, or choose another --output_dir."
         )
     path = output_dir / ROLLOUTS_FILE
     if overwrite or not path.exists():
@@ -72,18 +72,18 @@ def _prepare_output_dir(output_dir: Path, existing: list[str], overwrite: bool, 
 def _check_writable(output_dir: Path) -> None:
     """`output_dir` is a folder, or can be made one, that this process may write to (checked without writing)."""
     if output_dir.exists() and not output_dir.is_dir():
-        raise NotADirectoryError(f"The output directory {output_dir} is a file; choose another --output-dir.")
+        raise NotADirectoryError(f"The output directory {output_dir} is a file; choose another --output_dir.")
     existing = output_dir.absolute()
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
         raise NotADirectoryError(
-            f"Cannot create the output directory {output_dir}: {existing} is a file. Choose another --output-dir."
+            f"Cannot create the output directory {output_dir}: {existing} is a file. Choose another --output_dir."
         )
     if not os.access(existing, os.W_OK | os.X_OK):
         raise PermissionError(
             f"Cannot write the output directory {output_dir}: {existing} is not writable by this user. Choose another "
-            "--output-dir, or change its permissions."
+            "--output_dir, or change its permissions."
         )
 
 

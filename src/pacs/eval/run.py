@@ -186,7 +186,7 @@ def _load_datasets(
             raise ValueError(
                 f"Unknown benchmark {name!r}: neither a bundled benchmark ({', '.join(sorted(BENCHMARKS))}) nor an "
                 f"existing file (no file {os.path.abspath(name)}). Give a bundled name or the path of a .jsonl, .json "
-                "or .parquet file with problem and answer columns (other names: --problem-column / --answer-column, "
+                "or .parquet file with problem and answer columns (other names: --problem_column / --answer_column, "
                 "problem_column=... / answer_column=... in Python)."
             )
     return out

@@ -33,14 +33,14 @@ def _check_arguments(n, limit, max_new_tokens, temperature, top_p, batch_size, o
         )
     if batch_size < 1:
         raise ValueError(
-            f"batch_size (--batch-size) must be at least 1 (sequences per generate call), got {batch_size}."
+            f"batch_size (--batch_size) must be at least 1 (sequences per generate call), got {batch_size}."
         )
     if temperature < 0:
         raise ValueError(f"temperature (--temperature) must be >= 0 (0 means greedy decoding), got {temperature}.")
     if not 0 < top_p <= 1:
-        raise ValueError(f"top_p (--top-p) must be in (0, 1] (1 turns nucleus sampling off), got {top_p}.")
+        raise ValueError(f"top_p (--top_p) must be in (0, 1] (1 turns nucleus sampling off), got {top_p}.")
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens (--max-new-tokens) must be at least 1, got {max_new_tokens}.")
+        raise ValueError(f"max_new_tokens (--max_new_tokens) must be at least 1, got {max_new_tokens}.")
     if overwrite and resume:
         raise ValueError("Pass either overwrite or resume, not both.")
 
@@ -49,8 +49,8 @@ def _check_arguments(n, limit, max_new_tokens, temperature, top_p, batch_size, o
 class EvalSettings:
     """How [`evaluate`] samples, scores and reports. The defaults are the paper's protocol (Appendix C.3).
 
-    The same dataclass is `pacs eval`'s options (parsed by `transformers.HfArgumentParser`: `--n 4`, `--max-new-tokens
-    1024`, `--no-chat-template`, or a YAML file given with `--config`); the help texts below are its `--help`.
+    The same dataclass is `pacs eval`'s options (parsed by `transformers.HfArgumentParser`: `--n 4`, `--max_new_tokens
+    1024`, `--no_chat_template`, or a YAML file given with `--config`); the help texts below are its `--help`.
 
     Args:
         n (`int`, *optional*, defaults to `128`):
@@ -136,18 +136,18 @@ class EvalSettings:
     )
     chat_template: bool = field(
         default=True,
-        metadata={"help": "Apply the tokenizer's chat template; --no-chat-template feeds the plain prompt."},
+        metadata={"help": "Apply the tokenizer's chat template; --no_chat_template feeds the plain prompt."},
     )
     system_prompt: str | None = field(
         default=SYSTEM_PROMPT,
         metadata={
-            "help": "System turn of the bundled benchmarks' prompts (the paper's); --no-system-prompt (or "
+            "help": "System turn of the bundled benchmarks' prompts (the paper's); --no_system_prompt (or "
             "--system_prompt '') sends the user turn alone, for models whose chat template has no system role."
         },
     )
     reward_timeout: float = field(default=3.0, metadata={"help": "Seconds per answer verification."})
-    progress: bool = field(default=True, metadata={"help": "Show a progress bar (--no-progress hides it)."})
-    plot: bool = field(default=True, metadata={"help": "Write eval_passk.png (--no-plot skips it)."})
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar (--no_progress hides it)."})
+    plot: bool = field(default=True, metadata={"help": "Write eval_passk.png (--no_plot skips it)."})
     gpu_memory_utilization: float = field(
         default=0.9, metadata={"help": "vLLM's share of GPU memory (the paper's 0.9); not used on CPU."}
     )
@@ -205,7 +205,7 @@ class EvalSettings:
             self.paper_reference = None
         if self.paper_reference not in ("auto", None, *PAPER_BASELINES):
             raise ValueError(
-                f"paper_reference (--paper-reference) must be 'auto', None (none) or one of {list(PAPER_BASELINES)}, "
+                f"paper_reference (--paper_reference) must be 'auto', None (none) or one of {list(PAPER_BASELINES)}, "
                 f"got {self.paper_reference!r}."
             )
         if isinstance(self.vllm_kwargs, str):
@@ -213,16 +213,16 @@ class EvalSettings:
                 self.vllm_kwargs = json.loads(self.vllm_kwargs)
             except json.JSONDecodeError as e:
                 raise ValueError(
-                    f"vllm_kwargs (--vllm-kwargs) must be a JSON object, got {self.vllm_kwargs!r}: {e}"
+                    f"vllm_kwargs (--vllm_kwargs) must be a JSON object, got {self.vllm_kwargs!r}: {e}"
                 ) from e
         if self.vllm_kwargs is not None and not isinstance(self.vllm_kwargs, dict):
-            raise ValueError(f"vllm_kwargs (--vllm-kwargs) must be a JSON object (a dict), got {self.vllm_kwargs!r}.")
+            raise ValueError(f"vllm_kwargs (--vllm_kwargs) must be a JSON object (a dict), got {self.vllm_kwargs!r}.")
 
 
 def _checked_settings(model: Any, tokenizer: Any, settings: dict, output_dir: Path) -> EvalSettings:
     """`EvalSettings` from `evaluate`'s keywords, after every check that does not need the model: the settings, the
     model and tokenizer paths, the diversity score's package and model files, and that `output_dir` can be written."""
-    from ..grpo.checks import check_model_path
+    from ..grpo.checks import check_model_folder, check_model_path
 
     unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(EvalSettings)})
     if unknown:
@@ -231,6 +231,8 @@ def _checked_settings(model: Any, tokenizer: Any, settings: dict, output_dir: Pa
     for path in (model, tokenizer):
         if isinstance(path, (str, os.PathLike)):
             check_model_path(path)
+    if isinstance(model, (str, os.PathLike)):
+        check_model_folder(model)  # a folder that is not a model: one line, before anything loads
     if cfg.diversity:
         from .diversity import check_embedding_model
 

@@ -31,11 +31,11 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._compat import TRL_REWARD_KWARGS
+from .model_checks import check_model_folder, check_model_path  # noqa: F401 (re-exported: this module's public names)
 
 
 logger = logging.getLogger(__name__)
@@ -43,10 +43,12 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "check_dynamic_sampling",
     "check_eval_batch",
+    "check_model_folder",
     "check_model_path",
     "check_train_dataset",
     "check_trainer_datasets",
     "check_trainer_args",
+    "reward_keywords",
 ]
 
 _NOT_FORWARDED = frozenset({"prompt", "completion", "completion_ids"})
@@ -152,6 +154,28 @@ def check_train_dataset(
         _check_reward_signature(
             func, func_name or _callable_name(func), name, columns, trl_kwargs, available, rollout_func
         )
+
+
+def reward_keywords(reward_funcs: Callable | Sequence[Callable | str]) -> list[str]:
+    """The keywords the callable `reward_funcs` name in their signatures beyond what TRL passes on its own
+    (`pacs._compat.TRL_REWARD_KWARGS`): the dataset columns they can read, in order of first mention.
+
+    >>> def needs_hint(completions, hint, solution=None, **kwargs): ...
+    >>> reward_keywords([needs_hint])
+    ['hint', 'solution']
+    """
+    funcs = [reward_funcs] if callable(reward_funcs) else list(reward_funcs)
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    names: list[str] = []
+    for func in funcs:
+        if isinstance(func, str) or not callable(func) or _is_module(func):
+            continue
+        try:
+            params = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        names += [p.name for p in params if p.kind not in variadic and p.name not in TRL_REWARD_KWARGS]
+    return list(dict.fromkeys(names))
 
 
 def check_trainer_datasets(trainer_kwargs: Mapping[str, Any], reward_funcs, args) -> None:
@@ -355,72 +379,6 @@ def _is_iterable_dataset(dataset: Any) -> bool:
     except ImportError:  # pragma: no cover - datasets is a dependency
         return False
     return isinstance(dataset, IterableDataset)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# What a reward function returns
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The model argument
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def _is_hub_id(text: str) -> bool:
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(text)  # "name" or "owner/name", the hub's own rules
-    except HFValidationError:
-        return False
-    return True
-
-
-def check_model_path(name_or_path: str | os.PathLike) -> str:
-    """Fail clearly when a model argument meant as a local directory does not exist; pass hub ids through untouched.
-
-    An existing path is returned as given. A string that cannot be a hub id (`"name"` or `"owner/name"`) is an error:
-    it starts with `.`, `/` or `~`, holds a backslash or more than one `/`, or its first segment is an existing local
-    directory (`outputs/run-1` when `outputs/` exists). Nothing is looked up on the hub.
-
-    >>> check_model_path("Qwen/Qwen3-4B-Base")
-    'Qwen/Qwen3-4B-Base'
-    >>> check_model_path("/no/such/checkpoint")
-    Traceback (most recent call last):
-    ...
-    ValueError: No such model directory or hub id: '/no/such/checkpoint' (no directory /no/such/checkpoint). Pass an existing local model directory (with config.json) or a hub id such as 'Qwen/Qwen3-4B-Base'.
-
-    Args:
-        name_or_path (`str` or `os.PathLike`):
-            A local directory or a hub model id.
-
-    Returns:
-        `str`: `name_or_path`, unchanged.
-
-    Raises:
-        `ValueError`: "No such model directory or hub id: ...", with what was looked for.
-    """
-    text = os.fspath(name_or_path)
-    if os.path.exists(os.path.expanduser(text)):
-        return text
-    first = text.split("/", 1)[0]
-    looks_local = (
-        isinstance(name_or_path, os.PathLike)
-        or text.startswith((".", "/", "~"))
-        or "\\" in text
-        or text.count("/") > 1
-        or text.endswith("/")
-        or ("/" in text and os.path.isdir(first))
-        or not _is_hub_id(text)
-    )
-    if not looks_local:
-        return text
-    raise ValueError(
-        f"No such model directory or hub id: {text!r} (no directory {os.path.abspath(os.path.expanduser(text))}). "
-        "Pass an existing local model directory (with config.json) or a hub id such as 'Qwen/Qwen3-4B-Base'."
-    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------

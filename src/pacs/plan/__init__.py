@@ -1,6 +1,6 @@
 """`pacs plan`: what a recipe will ask of the GPUs, checked before a GPU is spent.
 
-`pacs plan --config RECIPE [--accelerate-config FILE] [--num-processes N] [--gpu-memory-gb G] [overrides ...]` reads
+`pacs plan --config RECIPE [--accelerate_config FILE] [--num_processes N] [--gpu_memory_gb G] [overrides ...]` reads
 the recipe (a shipped one by name, or a path) with `pacs train`'s own reader (`pacs.recipes.reader.read_recipe`: the same
 overrides and launch keys), the accelerate config the recipe names (its `accelerate_config` key; DeepSpeed ZeRO stage,
 processes, machines) unless told another, and the model's shape (a local directory's `config.json`; the Qwen3 family

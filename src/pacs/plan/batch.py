@@ -20,7 +20,7 @@ def run_section(plan: Plan, run: Run) -> None:
         ("launch", launch.describe()),
         (
             "GPU memory",
-            f"{launch.gpu_memory_gib:g} GiB per GPU" if launch.gpu_memory_gib else "unknown (pass --gpu-memory-gb)",
+            f"{launch.gpu_memory_gib:g} GiB per GPU" if launch.gpu_memory_gib else "unknown (pass --gpu_memory_gb)",
         ),
     ]
     if shape is not None:

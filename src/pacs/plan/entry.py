@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-import sys
+from dataclasses import dataclass, field
 
 from .batch import batch_section, run_section, world_size_check
 from .evaluation import evaluation_section
@@ -107,7 +107,7 @@ def check_training_plan(script_args, args, model_args) -> Plan:
         plan.warning(
             "expected_gpu_memory_gb",
             f"the recipe assumes GPUs of {expected:g} GiB, this one has {gpu_gib:.1f} GiB: check the plan with "
-            f"`pacs plan --config <recipe> --gpu-memory-gb {gpu_gib:.0f}`.",
+            f"`pacs plan --config <recipe> --gpu_memory_gb {gpu_gib:.0f}`.",
         )
     if getattr(args, "process_index", 0) == 0:
         for finding in plan.warnings:
@@ -120,48 +120,101 @@ def check_training_plan(script_args, args, model_args) -> Plan:
     return plan
 
 
+@dataclass
+class PlanArguments:
+    """
+    The options of `pacs plan` itself; every other option is a recipe override or a launch key, as on `pacs train`'s
+    command line (`--steps_per_generation 256`).
+
+    Args:
+        recipe (`str`):
+            The recipe, `--config RECIPE` as on `pacs train`: a shipped one's name (`pacs recipes`) or a path.
+            (`--recipe` is the same option: TRL's parser keeps the field name `config` for a file of options.)
+        accelerate_config (`str`, *optional*):
+            The accelerate launch config (ZeRO stage, processes): a shipped one's name (`zero3`, ...) or a path;
+            defaults to the recipe's `accelerate_config`.
+        num_processes (`int`, *optional*):
+            World size; defaults to the launch config's, else the recipe's `expected_world_size`.
+        num_machines (`int`, *optional*):
+            Machines; defaults to the launch config's.
+        gpu_memory_gb (`float`, *optional*):
+            Memory of one GPU, in GiB as the GPU reports it; defaults to the recipe's `expected_gpu_memory_gb`.
+        vllm_serve (`str`, *optional*):
+            The options of `trl vllm-serve` for `vllm_mode: server`, in quotes.
+    """
+
+    recipe: str = field(
+        metadata={
+            "aliases": ["--config"],
+            "help": "The recipe (--config, as on `pacs train`): a shipped one's name (`pacs recipes`) or a path.",
+        }
+    )
+    accelerate_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "The accelerate launch config (ZeRO stage, processes): a shipped one's name (zero3, ...) or a "
+            "path; defaults to the recipe's accelerate_config."
+        },
+    )
+    num_processes: int | None = field(default=None, metadata={"help": "World size (defaults to the launch config's)."})
+    num_machines: int | None = field(default=None, metadata={"help": "Machines (defaults to the launch config's)."})
+    gpu_memory_gb: float | None = field(
+        default=None,
+        metadata={
+            "help": "Memory of one GPU, in GiB as the GPU reports it (defaults to the recipe's expected_gpu_memory_gb)."
+        },
+    )
+    vllm_serve: str | None = field(
+        default=None, metadata={"help": "The options of `trl vllm-serve` for vllm_mode server, in quotes."}
+    )
+
+
+DESCRIPTION = (
+    "Print what a recipe asks of the GPUs (batch, vLLM, memory, checkpoints, evaluation) and every problem found; "
+    "exits 1 on a failure, 2 on a recipe, config, key or model that is unknown. Arguments it does not know are recipe "
+    "overrides and launch keys, as on `pacs train`'s command line (e.g. --steps_per_generation 256)."
+)
+
+
 def add_parser(subparsers) -> None:
+    """Register `pacs plan`; its options are [`PlanArguments`], read by `pacs.options.CommandParser` when it runs."""
     parser = subparsers.add_parser(
         "plan",
-        allow_abbrev=False,  # recipe overrides (--vllm_mode ...) must never pass for an abbreviation of an option
+        add_help=False,  # `pacs plan --help` is the dataclass parser's
         help="Check a training recipe against its hardware before launching it.",
-        description=(
-            "Print what a recipe asks of the GPUs (batch, vLLM, memory, checkpoints, evaluation) and every problem "
-            "found; exits 1 on a failure. Arguments it does not know are recipe overrides and launch keys, as on "
-            "`pacs train`'s command line (e.g. --steps_per_generation 256)."
-        ),
+        description=DESCRIPTION,
     )
-    parser.add_argument("--config", required=True, help="The recipe: a shipped one's name (`pacs recipes`) or a path.")
-    parser.add_argument(
-        "--accelerate-config",
-        help="The accelerate launch config (ZeRO stage, processes): a shipped one's name (zero3, ...) or a path; "
-        "defaults to the recipe's accelerate_config.",
-    )
-    parser.add_argument("--num-processes", type=int, help="World size (defaults to the launch config's).")
-    parser.add_argument("--num-machines", type=int, help="Machines (defaults to the launch config's).")
-    parser.add_argument(
-        "--gpu-memory-gb",
-        type=float,
-        help="Memory of one GPU, in GiB as the GPU reports it (defaults to the recipe's expected_gpu_memory_gb).",
-    )
-    parser.add_argument("--vllm-serve", help="The options of `trl vllm-serve` for vllm_mode server, in quotes.")
     parser.set_defaults(func=run, accepts_overrides=True)
+
+
+def make_parser():
+    """`pacs plan`'s option parser: [`PlanArguments`] through `pacs.options.CommandParser`."""
+    from ..options import CommandParser
+
+    parser = CommandParser(PlanArguments, prog="pacs plan", description=DESCRIPTION)
+    recipe = parser._option_string_actions["--config"]
+    recipe.option_strings = ["--config", "--recipe"]  # spelled as on `pacs train` in the usage and the help
+    return parser
 
 
 def run(args) -> int:
     """`pacs plan`: print the plan; exit 0, 1 on a failure found, 2 on a recipe, config or model that is unknown."""
-    try:
-        plan = plan_recipe(
-            args.config,
-            overrides=getattr(args, "overrides", []),
-            accelerate_config=args.accelerate_config,
-            num_processes=args.num_processes,
-            num_machines=args.num_machines,
-            gpu_memory_gb=args.gpu_memory_gb,
-            vllm_serve=args.vllm_serve,
+    from ..options import run_command
+
+    def plan() -> int:
+        options, overrides = make_parser().parse_args_into_dataclasses(
+            list(getattr(args, "overrides", [])), return_remaining_strings=True
         )
-    except (ValueError, FileNotFoundError) as error:  # a recipe, config or key that does not exist; a model unknown
-        print(f"pacs plan: error: {error}", file=sys.stderr)
-        return 2
-    print(plan.render())  # the command's output
-    return 1 if plan.errors else 0
+        plan = plan_recipe(
+            options.recipe,
+            overrides=overrides,
+            accelerate_config=options.accelerate_config,
+            num_processes=options.num_processes,
+            num_machines=options.num_machines,
+            gpu_memory_gb=options.gpu_memory_gb,
+            vllm_serve=options.vllm_serve,
+        )
+        print(plan.render())  # the command's output
+        return 1 if plan.errors else 0
+
+    return run_command("pacs plan", plan)

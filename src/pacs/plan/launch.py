@@ -91,7 +91,7 @@ def recipe_launch(
 
 
 def launch_option(launch_args: list[str], name: str) -> int | None:
-    """The integer value of an `accelerate launch` option (`--num_processes 4` or `--num-processes=4`)."""
+    """The integer value of an `accelerate launch` option (`--num_processes 4` or `--num_processes=4`)."""
     for i, arg in enumerate(launch_args):
         key, _, value = arg.partition("=")
         if key.lstrip("-").replace("-", "_") == name.lstrip("-") and (value or i + 1 < len(launch_args)):

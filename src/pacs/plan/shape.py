@@ -195,6 +195,11 @@ def model_shape(name_or_path: str, revision: str | None = None) -> ModelShape:
     local = Path(name_or_path) / "config.json"
     if local.is_file():
         return _shape_on_disk(local, name_or_path, revision, source=f"{local}")
+    if Path(name_or_path).is_dir():  # a local folder without config.json: nothing to download, it is not a model
+        raise ValueError(
+            f"{name_or_path} is not a model folder: it has no config.json. Pass the folder that `save_pretrained` "
+            "wrote, or a hub id such as 'Qwen/Qwen3-4B-Base'."
+        )
     table = qwen3_table_shape(name_or_path)
     if table is not None:
         return table

@@ -29,7 +29,7 @@ def vllm_section(plan: Plan, run: Run, trainer: TrainerMemory | None) -> dict:
     rows += _colocate_rows(run, max_num_seqs)
     _colocate_checks(plan, run, max_num_seqs)
     if run.shape is None or not run.launch.gpu_memory_gib:
-        rows.append(("KV cache", "unknown (needs the model's shape and --gpu-memory-gb)"))
+        rows.append(("KV cache", "unknown (needs the model's shape and --gpu_memory_gb)"))
         return {}
     return _kv_cache(plan, rows, run, trainer, max_num_seqs)
 
@@ -39,7 +39,7 @@ def _server(plan: Plan, rows: list, run: Run) -> None:
     rows.append(("engine", "trl vllm-serve on GPUs of its own; the training processes send prompts and weights"))
     serve, shape, launch = run.vllm_serve, run.shape, run.launch
     if serve is None:
-        rows.append(("server", "not given (pass --vllm-serve '<its options>' to check it)"))
+        rows.append(("server", "not given (pass --vllm_serve '<its options>' to check it)"))
         return
     rows.append(
         (

@@ -19,7 +19,6 @@ looked up by name, with or without `.yaml`.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 
@@ -41,8 +40,10 @@ def _resolve(value: str, directory: Path, names: list[str], what: str, listing: 
     name = value.removesuffix(".yaml")
     if "/" not in name and (directory / f"{name}.yaml").is_file():
         return directory / f"{name}.yaml"
-    close = difflib.get_close_matches(Path(name).name, names, n=3, cutoff=0.5)
-    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    from ..cli import did_you_mean
+
+    close = did_you_mean(Path(name).name, names, cutoff=0.5)
+    hint = f" {close[0].upper()}{close[1:]}" if close else ""
     raise FileNotFoundError(
         f"{what} {value!r} is neither a file nor the name of a shipped one.{hint} Shipped: {', '.join(names)} "
         f"({listing})."

@@ -2,31 +2,55 @@
 
 A recipe (`--config NAME_OR_PATH`, `pacs.recipes.resolve_recipe`) plus command-line overrides, parsed by TRL's
 `TrlParser` into three dataclasses: [`ScriptArguments`] (below), the training arguments (`pacs.PACSConfig`, or
-`pacs.grpo.HardenedGRPOConfig` for `algorithm: grpo`: [`CONFIGS`]) and TRL's `ModelConfig`; plus the launch keys
+`pacs.grpo.HardenedGRPOConfig` for `algorithm: grpo`: [`ALGORITHMS`]) and TRL's `ModelConfig`; plus the launch keys
 (`accelerate_config`, and the options of `accelerate launch`), set aside for `pacs train` to launch with. Any other
 key is an error naming the closest valid ones. It imports no trainer, so that `pacs plan` reads a recipe exactly as
 `pacs train` does without importing `pacs.train` (which imports the planner).
 """
 
-import difflib
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from trl import GRPOConfig, ModelConfig, TrlParser
 
+from ..cli import did_you_mean
 from ..config import PACSConfig
 from ..data import PROMPT_SUFFIX, SYSTEM_PROMPT
 from ..grpo.config import HardenedGRPOConfig
+from ..options import CommandParser
 from ..rewards import REWARD_FACTORIES, REWARD_FUNCS
 from . import resolve_accelerate_config, resolve_recipe
 
 
 logger = logging.getLogger(__name__)
 
-CONFIGS = {"pacs": PACSConfig, "grpo": HardenedGRPOConfig}
-"""`algorithm` -> the training arguments' class (the trainers: `pacs.train.TRAINERS`)."""
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One `algorithm` of `pacs train`: the class its training arguments parse into, and its trainer (a class, or its
+    dotted path, imported by `trainer_class` when `pacs train` builds it: the reader imports no trainer)."""
+
+    config: type
+    trainer: Callable | str
+
+    def trainer_class(self) -> Callable:
+        if not isinstance(self.trainer, str):
+            return self.trainer
+        import importlib
+
+        module, _, name = self.trainer.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+ALGORITHMS = {
+    "pacs": Algorithm(PACSConfig, "pacs.PACSTrainer"),
+    "grpo": Algorithm(HardenedGRPOConfig, "pacs.grpo.HardenedGRPOTrainer"),  # GRPO's loss on the same hardened layer
+}
+"""The one table of `pacs train`'s `algorithm` (read by `pacs train`, `pacs plan` and the `algorithm` option's
+choices): PACS, or the GRPO baseline on identical arguments and the same checks, guards and checkpoints."""
 
 
 @dataclass
@@ -42,8 +66,11 @@ class ScriptArguments:
             checks, guards and checkpoints as PACS) and parses them as [`pacs.grpo.HardenedGRPOConfig`] (TRL's
             `GRPOConfig` plus `pacs_max_skipped_steps`), for side-by-side baselines.
         dataset_name (`str`, *optional*, defaults to `"math_train"`):
-            Training set: `"math_train"` (bundled, offline), `"deepscaler"` (hub), or a local `.jsonl`, `.json` or
-            `.parquet` file. Loaded with `pacs.data.load_train_dataset`.
+            Training set: `"math_train"` (bundled, offline), `"deepscaler"` (hub), a hub id, or a local `.jsonl`,
+            `.json` or `.parquet` file, in the math format (`problem_column`, `answer_column`: the paper's prompt is
+            built) or in TRL's (a `prompt` column, plain or conversational, kept as it is, and the columns the reward
+            functions take). The columns the rewards take are kept and checked before anything loads or launches.
+            Loaded with `pacs.data.load_train_dataset`.
         dataset_limit (`int`, *optional*):
             Keep only the first `dataset_limit` problems of the training set (a log line says how many were kept of
             how many); `0` keeps them all.
@@ -99,13 +126,14 @@ class ScriptArguments:
         default="pacs",
         metadata={
             "help": "`pacs` (PACSTrainer) or `grpo` (HardenedGRPOTrainer: GRPO's loss, for baselines).",
-            "choices": ["pacs", "grpo"],
+            "choices": list(ALGORITHMS),
         },
     )
     dataset_name: str = field(
         default="math_train",
         metadata={
-            "help": "Training set: `math_train` (bundled), `deepscaler` (hub), or a local .jsonl/.json/.parquet."
+            "help": "Training set: `math_train` (bundled), `deepscaler` (hub), or a local .jsonl/.json/.parquet, in "
+            "the math format (problem/answer) or TRL's (`prompt` and the columns the rewards take, kept)."
         },
     )
     dataset_limit: int | None = field(
@@ -199,16 +227,15 @@ DESCRIPTION = (
 )
 
 
-class RecipeParser(TrlParser):
-    """`TrlParser` whose errors are one line: a `ValueError` with argparse's message, not the 200-line usage."""
-
-    def error(self, message: str):
-        raise ValueError(f"{message} (`{self.prog} --help` lists every key)")
+RESUME_HELP = (
+    "Resume: `auto` (the newest complete checkpoint of output_dir, or a fresh start when there is none; the shipped "
+    "GPU recipes' setting), `true` (the newest complete checkpoint, which must exist), or a checkpoint folder."
+)
 
 
 def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
-    return RecipeParser(
-        (ScriptArguments, CONFIGS[algorithm], ModelConfig),
+    parser = CommandParser(
+        (ScriptArguments, ALGORITHMS[algorithm].config, ModelConfig),
         prog=prog,
         usage=USAGE,
         description=DESCRIPTION,
@@ -217,6 +244,9 @@ def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
         "zero3_multinode, zero3_hostfile) and the options of `accelerate launch` (--num_processes, --num_machines, "
         "--machine_rank, --main_process_ip, ...); see pacs.train's docstring.",
     )
+    # transformers' own help for this field knows neither `auto` nor `true` (pacs.grpo.checkpoints reads them)
+    parser._option_string_actions["--resume_from_checkpoint"].help = RESUME_HELP
+    return parser
 
 
 def launch_options() -> set[str]:
@@ -264,9 +294,7 @@ def _unknown_keys_error(unknown: list[tuple[str, str]], parser: TrlParser, launc
     known = sorted(key for key in options if "-" not in key)  # the underscore spelling, as in the recipes
     lines = []
     for key, where in unknown:
-        close = difflib.get_close_matches(key.lstrip("-"), known, n=3, cutoff=0.6)
-        hint = f": did you mean {' or '.join(close)}?" if close else ": no similar key."
-        lines.append(f"  {key.lstrip('-')} ({where}){hint}")
+        lines.append(f"  {key.lstrip('-')} ({where}): {did_you_mean(key.lstrip('-'), known) or 'no similar key.'}")
     return ValueError(
         "Unknown key(s), neither a training argument (`pacs train --help`: ScriptArguments, PACSConfig or GRPOConfig, "
         "ModelConfig) nor a launch key (accelerate_config, or an option of `accelerate launch` such as "
@@ -297,7 +325,9 @@ def _sort_keys(parser: TrlParser, argv: list[str], algorithm: str):
     from_recipe = [item for key, value in config.items() if key not in dests for item in (f"--{key}", str(value))]
     _, from_cli = parser.parse_known_args(cli)
     launch = launch_options()
-    not_here = {f"--{f.name}" for f in fields(PACSConfig)} - {f"--{f.name}" for f in fields(CONFIGS[algorithm])}
+    not_here = {f"--{f.name}" for f in fields(PACSConfig)} - {
+        f"--{f.name}" for f in fields(ALGORITHMS[algorithm].config)
+    }
     accelerate_config, launch_args, cli_launch, unknown, dropped = None, [], [], [], []
     for where, strings in (("in the recipe", from_recipe), ("on the command line", from_cli)):
         for key, tokens in _groups(strings):
@@ -317,7 +347,7 @@ def _sort_keys(parser: TrlParser, argv: list[str], algorithm: str):
 
 
 def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Recipe:
-    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`CONFIGS`).
+    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`ALGORITHMS`).
 
     Keys that are neither training arguments nor launch keys are an error naming the closest valid keys, raised before
     any value is checked; a PACS recipe run as the GRPO baseline (`--algorithm grpo`) drops the PACS settings its
@@ -326,14 +356,21 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
     argv = _resolve_config_argument(sys.argv[1:] if argv is None else argv)
     algorithm = "pacs"
     if not {"-h", "--help"} & set(argv):
-        first = RecipeParser(ScriptArguments, prog=prog, allow_abbrev=False)  # only `algorithm`; the rest below
+        first = CommandParser(ScriptArguments, prog=prog)  # only `algorithm`; the rest below
         script_args, _ = first.parse_args_and_config(argv, return_remaining_strings=True)
         algorithm = script_args.algorithm
     parser = make_parser(algorithm, prog)
     accelerate_config, launch_args, cli_launch, dropped = (
         _sort_keys(parser, argv, algorithm) if not {"-h", "--help"} & set(argv) else (None, [], [], [])
     )
-    *parsed, _, _ = parser.parse_args_and_config(argv, return_remaining_strings=True, separate_remaining_strings=True)
+    try:
+        *parsed, _, _ = parser.parse_args_and_config(
+            argv, return_remaining_strings=True, separate_remaining_strings=True
+        )
+    except ValueError as error:
+        if _asks_for_a_missing_gpu(error):
+            raise ValueError(_no_gpu_message(argv, prog)) from error
+        raise
     recipe = Recipe(*parsed, launch_args=launch_args)
     if dropped:
         logger.warning("algorithm=%s ignores the PACS settings %s", algorithm, " ".join(dropped))
@@ -341,6 +378,26 @@ def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Reci
         recipe.accelerate_config = resolve_accelerate_config(accelerate_config)
     recipe.train_argv = _subtract_subsequence(argv, cli_launch)
     return recipe
+
+
+def _asks_for_a_missing_gpu(error: ValueError) -> bool:
+    """Whether `error` is transformers' refusal of bf16/fp16 (`TrainingArguments.__post_init__`) on a machine
+    without a GPU."""
+    import torch
+
+    text = str(error)
+    return not torch.cuda.is_available() and ("bf16/gpu" in text or ("fp16" in text and "GPU" in text))
+
+
+def _no_gpu_message(argv: list[str], prog: str) -> str:
+    """A GPU recipe on a machine without one: what to run instead (not transformers' advice to set `use_cpu`)."""
+    config = argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None
+    name = Path(config).stem if config else "this recipe"
+    return (
+        f"{name} is written for GPUs (bf16 or fp16) and this machine has none. Check what it asks of them with "
+        f"`pacs plan --config {name}`, or train on this CPU with the CPU recipe: `{prog} --config tiny_cpu "
+        "--model_name_or_path <a small local model>` (docs/quickstart.md)."
+    )
 
 
 def launch_setting(recipe: Recipe, name: str, default=None, config_file: bool = True):
@@ -370,7 +427,7 @@ def check_inputs(
     from, the run's output folder). Raises `ValueError` or `FileNotFoundError` naming the fix."""
     from ..data import check_dataset_name
     from ..grpo.checkpoints import resolve_resume_checkpoint
-    from ..grpo.checks import check_model_path
+    from ..grpo.checks import check_model_folder, check_model_path
     from ..rewards import get_reward_funcs
 
     if not model_args.model_name_or_path:
@@ -379,6 +436,7 @@ def check_inputs(
             "recipe)."
         )
     check_model_path(model_args.model_name_or_path)
+    check_model_folder(model_args.model_name_or_path)
     check_dataset_name(script_args.dataset_name)
     get_reward_funcs(script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache)
     if checkpoint:
