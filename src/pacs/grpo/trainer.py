@@ -113,9 +113,8 @@ class Round:
 
 
 def _prompt_key(row: dict) -> str | object:
-    # one prompt, whatever row it comes in: the same prompt is not drawn twice into one generation batch. A row without
-    # a prompt (an `environment_factory` that owns the data: each rollout's `reset()` makes the prompt) is a prompt of
-    # its own, equal to no other row
+    # one prompt, whatever row it comes in, is not drawn twice into one generation batch; a row without a prompt (an
+    # `environment_factory` owns the data: `reset()` makes each rollout's prompt) equals no other row
     return repr(row["prompt"]) if "prompt" in row else object()
 
 
