@@ -25,11 +25,11 @@ are "ok". Models are randomly initialised from Qwen3 configs written here (real 
 4. zero3: one process under `accelerate launch` with DeepSpeed ZeRO-3 (Qwen3-0.6B's shape, bf16): initialises, trains
    2 optimizer steps, saves checkpoint-2, and `from_pretrained` of it equals the gathered trained weights.
 6. dynamic_sampling: Qwen3-0.6B's shape, groups of 8, 128-token completions generated for real (EOS suppressed), GRPO
-   through pacs's layer (HardenedGRPOTrainer), 2 generation batches of 2 groups: with `dynamic_sampling` off and on,
+   through pacs's layer (HardenedGRPOTrainer), 3 generation batches of 2 groups: with `dynamic_sampling` off and on,
    on a reward that leaves two thirds of the groups all wrong (`sparse_parity_reward`) and on one that never makes a
    uniform group (`alternating_reward`). Per run: rounds and completions generated per completion trained per generation
-   batch, and the time of a generation batch (its optimizer steps, generation included) after the first; the on/off
-   ratios of that time (sparse: what the top-ups cost per trained completion; never uniform: the filter's own cost,
+   batch, and the median time of a generation batch (its optimizer steps, generation included) after the first; the
+   on/off ratios of that time (sparse: what the top-ups cost per trained completion; never uniform: the filter's own cost,
    expected ~1). Fails if a loss is not finite, the sparse reward needs no top-up round, a trained group is uniform
    beyond the logged fallback, the never-uniform reward takes more than one round, or a run with it off logs
    `pacs/ds/*`.
@@ -77,11 +77,11 @@ from _gpu_check import (
 
 SECTIONS = ("pacs_vs_grpo", "reference_anchor", "split_lora", "zero3", "learning_sanity", "dynamic_sampling")
 RUN_ORDER = ("learning_sanity", "zero3", "pacs_vs_grpo", "split_lora", "dynamic_sampling", "reference_anchor")
-# cheap and vital first. Seconds each section is planned to take on one H200 (365 s of the 400 s budget): one that
+# cheap and vital first. Seconds each section is planned to take on one H200 (380 s of the 400 s budget): one that
 # would not fit in what is left of the budget is skipped; the repetitions of pacs_vs_grpo and reference_anchor stop at
 # 1.25 times their share
 GPU_COST_S = {"pacs_vs_grpo": 120, "reference_anchor": 60, "split_lora": 50, "zero3": 60, "learning_sanity": 30,
-              "dynamic_sampling": 45}  # fmt: skip
+              "dynamic_sampling": 60}  # fmt: skip
 
 
 REPLAY: dict = {}  # (shape, completion length, group) -> the one real generation, replayed by every later run
@@ -337,9 +337,9 @@ def section_dynamic_sampling(s, tmp, deadline):
     cases = {"off": (sparse_parity_reward, False), "on": (sparse_parity_reward, True),
              "off_never_uniform": (alternating_reward, False), "on_never_uniform": (alternating_reward, True)}  # fmt: skip
     for name, (reward, on) in cases.items():
-        # 2 groups per generation batch, 2 optimizer steps each, 2 generation batches; real generation every round
+        # 2 groups per generation batch, 2 optimizer steps each, 3 generation batches; real generation every round
         args = trainer_config("hardened_grpo", f"{tmp}/{name}", per_device_train_batch_size=G, num_generations=G,
-                              steps_per_generation=2, max_steps=4, max_completion_length=L, dynamic_sampling=on,
+                              steps_per_generation=2, max_steps=6, max_completion_length=L, dynamic_sampling=on,
                               generation_kwargs={"min_new_tokens": L})  # fmt: skip
         model = build_model(s["small"], tokenizer)
         trainer = make_trainer("hardened_grpo", model, tokenizer, args, reward, None)
