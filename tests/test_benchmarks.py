@@ -308,6 +308,7 @@ def test_committed_reports_render_from_their_json_without_the_withdrawn_columns(
         ("anchor/anchor", "anchor.md", ["anchor.json"], []),
         ("anchor/anchor_demo", "anchor_demo.md", ["anchor_demo.json"], []),
         ("anchor/anchor_cost", "anchor_cost.md", ["anchor_cost.json"], []),
+        ("dynamic_sampling/ds_cost", "ds_cost.md", ["ds_cost.json"], []),
         ("step_cost/step_cost", "step_cost.md", ["step_cost.json"], []),
         ("step_cost/step_cost", "ab_backward.md", ["ab_backward.json"], ["--ab"]),
         ("sparsity/sparsity", "sparsity.md", ["sparsity.json"], []),
@@ -414,3 +415,28 @@ def test_filtering_accuracy_per_generated_completion_never_counts_past_the_thres
     assert report.at_generated(run, 1280) == pytest.approx(0.1)  # only the step-0 evaluation is within 1280
     assert report.at_generated(run, 10000) is None  # never reached
     assert report.final({"curve": [(s, 0, None, s / 100) for s in (60, 80, 100, 120)]}) == pytest.approx(1.0)
+
+
+def test_ds_cost_smoke(tmp_path, capsys):
+    ds_cost = _load("dynamic_sampling/ds_cost")
+    raw = ds_cost.main(["--smoke", "--out-dir", str(tmp_path), "--work-dir", str(tmp_path / "work")])
+    md = capsys.readouterr().out
+    saved = json.loads((tmp_path / "ds_cost_smoke.json").read_text())
+    assert saved["overhead_summary"] == json.loads(json.dumps(raw["overhead_summary"]))
+    # 1. overhead: a pair per arm, the never-uniform reward kept every group, on and off ended at the same weights
+    runs = saved["overhead_runs"]
+    assert sorted((r["arm"], r["ds"]) for r in runs) == sorted((a, ds) for a in ds_cost.ARMS for ds in (True, False))
+    for arm, s in saved["overhead_summary"].items():
+        on, off = (next(r for r in runs if r["arm"] == arm and r["ds"] == ds) for ds in (True, False))
+        assert on["generations"] and all(g["rounds"] == 1 and g["fallback_groups"] == 0 for g in on["generations"])
+        assert not off["generations"] and on["weights_sha256"] == off["weights_sha256"]
+        assert s["all_rounds_1"] and s["no_fallback"] and s["same_weights"] and s["off_logs_no_ds_key"]
+        ratio = on["cpu_s"] / off["cpu_s"]  # the same completions trained: the ratio of times
+        assert s["ratio_cpu"] == pytest.approx([ratio] * 3) and f"{ratio:.3f}" in md
+    # 2. cost: the smoke warm start solves nothing, so every round's groups are uniform and the fallback fills
+    for c in saved["cost_summary"]:
+        gens = [g for r in saved["cost_runs"] if (r["arm"], r["ds"]) == (c["arm"], True) for g in r["generations"]]
+        assert all(g["rounds"] == 2 and g["generated_per_trained"] == 2 for g in gens)  # max_rounds 2 in smoke
+        needed = len(gens) * saved["cost_runs"][0]["needed_groups"]
+        assert c["generated_per_trained_mean"] == sum(g["groups_generated"] for g in gens) / needed == 2
+        assert c["fallback_groups"] == needed and f"**{c['generated_per_trained_mean']:.2f}**" in md

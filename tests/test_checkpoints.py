@@ -24,10 +24,11 @@ from pacs.grpo.checkpoints import (  # noqa: E402
     finished_run,
     last_complete_checkpoint,
     resolve_resume_checkpoint,
+    run_identity,
     sync_checkpoint_files,
-    train_unless_finished,
     write_complete_marker,
 )
+from pacs.grpo.resume import resume_decision  # noqa: E402
 from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config  # noqa: E402
 
 
@@ -256,18 +257,22 @@ def test_resuming_a_finished_run_trains_nothing_and_keeps_the_final_model(tiny_m
 
     # 1. PACSTrainer.train itself, then the script's save_model: nothing trained, nothing written
     resumed = trainer(4)
-    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.resume"):
         output = resumed.train(resume_from_checkpoint=True)
     assert "The run is finished" in caplog.text and "checkpoint-4 is at step 4, and max_steps is 4" in caplog.text
     assert output.global_step == 4 and resumed.state.global_step == 4
     resumed.save_model()
     resumed.save_model(str(tmp_path / "elsewhere"))  # the final weights, which `train` loaded
     assert (tmp_path / "elsewhere" / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
-    # 2. the scripts' entry point (pacs train, for PACS and the GRPO baseline alike)
-    assert train_unless_finished(trainer(4), resume_from_checkpoint="true") is False
-    assert _files(out) == before  # the final model byte-identical, no checkpoint-5
+    # 2. the command line's setting, and the script's save_model after it
+    again = trainer(4)
+    again.train(resume_from_checkpoint="true")
+    again.save_model()
+    assert again._resume.finished and _files(out) == before  # the final model byte-identical, no checkpoint-5
     # 3. a larger max_steps extends the run
-    assert train_unless_finished(trainer(6), resume_from_checkpoint=True) is True
+    longer = trainer(6)
+    longer.train(resume_from_checkpoint=True)
+    assert not longer._resume.finished and longer.state.global_step == 6
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     # 4. a checkpoint whose optimizer.pt was cut short: auto resume takes the previous one, naming the file
     optimizer = out / "checkpoint-6" / "optimizer.pt"
@@ -331,12 +336,19 @@ def test_the_grpo_baseline_does_not_train_past_a_finished_run(tiny_model_dir, tm
             model=tiny_model_dir, reward_funcs=parity_reward, args=GRPOConfig(**settings), train_dataset=dataset
         )
 
+    def train_unless_finished(t, setting) -> bool:
+        # any Trainer (TRL's own GRPOTrainer here) reads the one resume decision as HardenedGRPOTrainer does
+        resume = resume_decision(setting, t.args, run_identity(tiny_model_dir, 1, t.args))
+        if not resume.finished:
+            t.train(resume_from_checkpoint=resume.checkpoint)
+        return not resume.finished
+
     first = trainer()
-    assert train_unless_finished(first) is True
+    assert train_unless_finished(first, None) is True
     first.save_model()
     before = _files(out)
-    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
-        assert train_unless_finished(trainer(), resume_from_checkpoint=True) is False
+    with caplog.at_level(logging.WARNING, logger="pacs.grpo.resume"):
+        assert train_unless_finished(trainer(), True) is False
     assert "The run is finished" in caplog.text
     assert _files(out) == before
 
@@ -355,13 +367,22 @@ def test_pacs_train_on_a_finished_grpo_baseline_run_changes_nothing(tiny_model_d
         warnings.simplefilter("always")
         args = train.parse_args(argv)
     assert not [w for w in record if "gradient_checkpointing" in str(w.message)]  # our recipe key warns no more
-    train.main(*args)
+    with caplog.at_level(logging.DEBUG, logger="pacs.grpo.resume"):
+        train.main(*args)
     before = _files(out)
     assert "model.safetensors" in before and "checkpoint-2/trainer_state.json" in before
-    with caplog.at_level(logging.WARNING, logger="pacs.grpo.checkpoints"):
+    assert _decisions(caplog) == ["a fresh start: no resume asked for"]  # one decision in this process's run
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="pacs.grpo.resume"):
         train.main(*train.parse_args([*argv, "--resume_from_checkpoint", "true"]))
-    assert "The run is finished" in caplog.text
+    (decision,) = _decisions(caplog)  # decided once, before the model loaded; the trainer read it
+    assert decision.startswith("The run is finished")
     assert _files(out) == before
+
+
+def _decisions(caplog) -> list[str]:
+    prefix = "Resume decision: "
+    return [r.getMessage()[len(prefix) : -1] for r in caplog.records if r.getMessage().startswith(prefix)]
 
 
 def test_grpo_baseline_checkpoints_carry_the_marker_and_the_rollout(tiny_model_dir, tmp_path):

@@ -315,7 +315,7 @@ def ordinary_mistakes(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "missing column": (["--dataset_name", str(tmp_path / "mine.jsonl")], "has no column 'problem'"),
         "reward not importable": (["--reward_funcs", "no_such_module.fn"], "Could not import reward function"),
         "unknown reward": (["--reward_funcs", "maths"], "Unknown reward function 'maths'"),
-        "missing checkpoint": (["--resume_from_checkpoint", str(tmp_path / "checkpoint-9")], "no such folder"),
+        "missing checkpoint": (["--resume_from_checkpoint", str(tmp_path / "checkpoint-9")], "9 does not exist"),
         "no checkpoint to resume": (["--resume_from_checkpoint", "true"], "found no complete checkpoint"),
         "reward needs a column": (["--reward_funcs", "cwd_hint_rewards.needs_hint"], "needs the keyword `hint`"),
         "folder not a model": (["--model_name_or_path", str(tmp_path / "not-a-model")], "is not a model folder"),
@@ -388,8 +388,9 @@ def test_reward_modules_import_from_the_working_directory(no_training, tiny_mode
         "wd_rewards.mine",
     ]
     assert cli_main(argv) == 0
-    ((script_args, _, _, _, _, reward_funcs),) = no_training
+    ((script_args, _, _, _, _, reward_funcs, resume),) = no_training
     assert [f.__name__ for f in reward_funcs] == ["mine"] and script_args.reward_funcs == ["wd_rewards.mine"]
+    assert (resume.checkpoint, resume.finished) == (None, False)  # the resume decision, handed to the trainer
 
 
 def test_a_zero_recipe_without_deepspeed_names_the_extra(tiny_model_dir):

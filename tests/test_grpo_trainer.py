@@ -21,11 +21,13 @@ from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
 from pacs.grpo.checkpoints import ROLLOUT_DIR
 from pacs.grpo.guards import NonFiniteGradientGuard
 from pacs.grpo.metrics import group_outcome_shares
+from pacs.loss_terms import GRPOLossTerms
 from pacs.testing import tiny_pacs_config
 
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "pacs"
-PACS_MODULES = {"config", "trainer", "loss", "labels", "critic", "split", "reference"}  # the PACS layer's rooms
+# the PACS layer's rooms
+PACS_MODULES = {"config", "trainer", "loss", "loss_terms", "labels", "critic", "split", "reference"}
 
 
 def parity_reward(completions, **kwargs):
@@ -89,20 +91,29 @@ def _trl_methods() -> set[str]:
 def test_each_trl_method_is_overridden_in_one_class():
     # every class between PACSTrainer and GRPOTrainer, mixins included, counts
     layers = PACSTrainer.__mro__[: PACSTrainer.__mro__.index(GRPOTrainer)]
-    assert [cls.__name__ for cls in layers] == ["PACSTrainer", "HardenedGRPOTrainer"]
+    assert [cls.__name__ for cls in layers] == ["PACSTrainer", "GRPOLossTerms", "HardenedGRPOTrainer"]
     owners = {name: [cls.__name__ for cls in layers if name in vars(cls)] for name in _trl_methods()}
     assert {name: who for name, who in owners.items() if len(who) > 1} == {}
     overridden = {name for name, who in owners.items() if who}
-    # the PACS layer overrides the loss and the batch shuffle of TRL, and nothing the hardened layer overrides
+    # the PACS layer overrides the loss and the batch shuffle of TRL, and nothing the hardened layer overrides; its
+    # loss terms (a mixin) override nothing of TRL
     assert {name for name in overridden if name in vars(PACSTrainer)} == {"_compute_loss", "_prepare_inputs"}
-    # every private GRPOTrainer method overridden is named in `_compat` (checked at import) and vice versa
+    assert not set(vars(GRPOLossTerms)) & _trl_methods()
+    # every private GRPOTrainer method overridden is named in `_compat` (checked at import), by its layer, and vice versa
     private = {name for name in overridden if name.startswith("_") and name in vars(GRPOTrainer)}
-    assert private == set(_compat._OVERRIDDEN)
-    # extension points: the hardened layer defines them, PACS extends them; TRL has none of these names
-    points = {"_check_args", "_before_generation", "_after_rewards", "_after_scoring", "_after_monitors",
-              "_save_extra_state", "_load_extra_state"}  # fmt: skip
+    assert {name for name in private if name in vars(HardenedGRPOTrainer)} == set(_compat._OVERRIDDEN)
+    assert {name for name in private if name in vars(PACSTrainer)} == set(_compat._PACS_OVERRIDDEN)
+    # extension points: the hardened layer defines them, PACS extends them; TRL has none of these names; none runs
+    # before GRPOTrainer's `__init__` (what a subclass derives from its config, the config's `__post_init__` checks)
+    points = {"_before_generation", "_after_rewards", "_after_scoring", "_after_monitors", "_save_extra_state",
+              "_load_extra_state"}  # fmt: skip
     assert points <= set(vars(HardenedGRPOTrainer)) and points <= set(vars(PACSTrainer))
     assert not points & _trl_methods()
+    assert "_check_args" not in dir(PACSTrainer)
+    # what only a loss-replacing subclass needs lives a floor up, not in the GRPO layer
+    layer_source = "\n".join(path.read_text() for path in (SRC / "grpo").glob("*.py"))
+    for name in ("_add_grpo_terms", "_entropy_bonus", "entropy_coef_delta", "_check_args", "shuffle_sequence_dict"):
+        assert name not in layer_source, name
 
 
 def test_each_trl_fact_is_checked_against_the_installed_trl(monkeypatch):
@@ -112,9 +123,14 @@ def test_each_trl_fact_is_checked_against_the_installed_trl(monkeypatch):
     assert all(f'"{key}"' in inspect.getsource(GRPOTrainer._compute_loss) for key in _compat.MULTIMODAL_KEYS)
     assert set(_compat.GRPO_ONLY_LOSS_SETTINGS) <= {f.name for f in dataclasses.fields(GRPOConfig)}
     _compat.check_trl()  # the installed TRL has every private name pacs touches
+    _compat.check_trl("pacs")
     monkeypatch.setattr(_compat, "_STATE", (*_compat._STATE, "_a_renamed_buffer"))
     with pytest.raises(ImportError, match="without _a_renamed_buffer"):
         _compat.check_trl()
+    _compat.check_trl("pacs")  # the layers' facts are checked apart: PACS's check does not read the layer's
+    monkeypatch.setattr(_compat, "_PACS_STATE", (*_compat._PACS_STATE, "_a_renamed_controller"))
+    with pytest.raises(ImportError, match="without _a_renamed_controller"):
+        _compat.check_trl("pacs")
 
 
 def test_the_pacs_trainer_holds_no_hardening():
@@ -239,3 +255,20 @@ def test_resume_in_the_middle_of_a_generation_is_exact(tiny_model_dir, tmp_path)
     flat = [torch.cat([p.detach().flatten() for p in t.model.parameters()]) for t in (initial, full, resumed)]
     update = (flat[1] - flat[0]).norm()
     assert update > 0 and (flat[2] - flat[1]).norm() / update <= 1e-6
+
+
+def test_a_tied_lm_head_missing_from_a_checkpoint_is_tied_without_a_warning(tiny_model_dir, tmp_path, monkeypatch):
+    # transformers warns "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" on every load
+    # of a tied model's checkpoint (e.g. a finished run's final weights); the layer ties it instead
+    import transformers.trainer
+    from torch.nn.modules.module import _IncompatibleKeys
+
+    warnings = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda msg, *a, **k: warnings.append(msg))
+    args = HardenedGRPOConfig(**grpo_settings(tmp_path))
+    trainer = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+    assert trainer.model.config.tie_word_embeddings
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["lm_head.weight"], []))
+    assert warnings == []
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["model.norm.weight"], []))  # a real missing weight: warned
+    assert len(warnings) == 1 and "model.norm.weight" in warnings[0]

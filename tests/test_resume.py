@@ -1,7 +1,8 @@
-"""`pacs.grpo.resume` (which checkpoint a launch resumes from, the run identity, the refusals before any model loads),
-`pacs.grpo.faults` (the test-only kill hook) and the launches they serve: a worker killed under `--max_restarts 1`
-(inside a generation batch, inside a checkpoint save), two machines on one host (the docs' SLURM
-lines, plain DDP), the hostfile launch's `deepspeed` command.
+"""`pacs.grpo.resume` (how a launch resumes, decided once per process: the run identity, the refusals before any model
+loads), the test-only kill hook (tests/faults/sitecustomize.py, installed on a launch by its `PYTHONPATH`) and the
+launches they serve: a worker killed under `--max_restarts 1` (inside a generation batch, inside a checkpoint save),
+the launcher killed with `kill -9` (no worker outlives it; the rerun takes over the lock), two machines on one host
+(the docs' SLURM lines, plain DDP), the hostfile launch's `deepspeed` command.
 
 The distributed tests share one uninterrupted reference run (ZeRO-3, 2 processes, 12 steps, a checkpoint every 2):
 each of them ends with that run's final model, byte for byte. They run one at a time (one module, one fixture)."""
@@ -9,6 +10,7 @@ each of them ends with that run's final model, byte for byte. They run one at a 
 import base64
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -22,20 +24,26 @@ from pathlib import Path
 
 import pytest
 
-from pacs.grpo.checkpoints import run_identity, write_complete_marker
-from pacs.grpo.faults import ENV as KILL_ENV
-from pacs.grpo.faults import fault_point
-from pacs.grpo.resume import ResumeRefused, resume_checkpoint
+from pacs.grpo.checkpoints import COMPLETE_MARKER, run_identity, write_complete_marker
+from pacs.grpo.resume import ResumeRefused, resume_decision
+from pacs.grpo.run_lock import LOCK_FILE
 from pacs.testing import free_port
 
 
 ROOT = Path(__file__).resolve().parents[1]
+FAULTS = Path(__file__).resolve().parent / "faults"  # the kill hook's `sitecustomize`: first on a launch's PYTHONPATH
 DOCS = ROOT / "docs" / "recipes.md"
 ARGS = types.SimpleNamespace(
     per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4, steps_per_generation=2
 )
 STEPS, SAVE_STEPS = 12, 2
 TIMING_KEYS = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
+
+
+def resume_checkpoint(resume, output_dir: str, identity: dict, overwrite_output_dir: bool = False) -> str | None:
+    """The checkpoint `pacs train`'s resume decision picks (its fresh-start policy on), for a run of 100 steps."""
+    args = types.SimpleNamespace(output_dir=output_dir, max_steps=100, num_train_epochs=3.0)
+    return resume_decision(resume, args, identity, overwrite_output_dir).checkpoint
 
 
 def _checkpoint(out: Path, step: int, world_size: int = 2, **run) -> Path:
@@ -124,6 +132,37 @@ def test_pacs_train_refuses_before_launching_and_exits_2(tiny_model_dir, tmp_pat
         assert time.monotonic() - started < 60
 
 
+def _faults():
+    spec = importlib.util.spec_from_file_location("pacs_test_faults", FAULTS / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # without PACS_TEST_KILL_AT in this process's environment: installs nothing
+    return module
+
+
+faults = _faults()
+KILL_ENV, fault_point = faults.ENV, faults.fault_point
+
+
+def test_the_launching_process_decides_once_and_takes_no_lock(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import pacs.train
+
+    launched = []
+    monkeypatch.setattr(pacs.train, "launch", launched.append)  # what would start the workers: recorded, not run
+    out = tmp_path / "run"
+    _checkpoint(out, 4)
+    argv = ["--config", "tiny_cpu", "--model_name_or_path", "/models/tiny", "--output_dir", str(out),
+            "--accelerate_config", "zero3", "--num_processes", "2", "--resume_from_checkpoint", "auto",
+            "--max_steps", "8"]  # fmt: skip
+    monkeypatch.setattr(pacs.train, "check_inputs", lambda *args: None)  # /models/tiny: the identity's, not on disk
+    with caplog.at_level(logging.DEBUG, logger="pacs.grpo.resume"):
+        assert pacs.train.run(types.SimpleNamespace(overrides=argv)) == 0
+    decisions = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Resume decision: ")]
+    assert decisions == [f"Resume decision: resuming from {out / 'checkpoint-4'}."]  # once, in this process
+    assert len(launched) == 1 and not (out / LOCK_FILE).exists()  # the run's first process takes the lock
+
+
 def test_the_kill_hook_is_only_armed_on_the_first_attempt(monkeypatch):
     monkeypatch.setenv(KILL_ENV, "1:generation:4")
     fault_point("generation", 3, 1)  # not yet
@@ -134,6 +173,22 @@ def test_the_kill_hook_is_only_armed_on_the_first_attempt(monkeypatch):
     monkeypatch.setenv(KILL_ENV, "1:nowhere:4")
     with pytest.raises(ValueError, match="is not RANK:POINT:STEP"):
         fault_point("generation", 9, 1)
+
+
+def test_the_kill_hook_is_the_tests_alone_and_installs_on_a_launch():
+    # nothing of it in the wheel's code
+    src = ROOT / "src"
+    assert not [p for p in src.rglob("*.py") if re.search(r"PACS_TEST_KILL_AT|fault_point", p.read_text())]
+    # a process started with the hook on its PYTHONPATH and PACS_TEST_KILL_AT set gets the layer's two points wrapped
+    code = (
+        "import pacs.grpo.trainer as t; c = t.HardenedGRPOTrainer; "
+        "print(getattr(c, '_test_faults_installed', False), c._save_checkpoint.__module__)"
+    )
+    path = os.pathsep.join([str(FAULTS), *sys.path])
+    for env, expected in (({KILL_ENV: "1:generation:4"}, "True sitecustomize"), ({}, "False pacs.grpo.trainer")):
+        environ = {k: v for k, v in os.environ.items() if k != KILL_ENV} | {"PYTHONPATH": path, **env}
+        result = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=120)
+        assert result.stdout.split() == expected.split(), result.stderr[-2000:]
 
 
 def test_max_restarts_sets_the_c10d_rendezvous(monkeypatch):
@@ -258,12 +313,13 @@ def test_a_killed_worker_restarts_and_the_run_ends_as_the_uninterrupted_one(
     out = tmp_path / "out"
     launch = ["--accelerate_config", "zero3", "--num_processes", "2", "--main_process_port", str(free_port()),
               "--max_restarts", "1", "--resume_from_checkpoint", "auto"]  # fmt: skip
-    launched = Launched(pacs_train(tiny_model_dir, out, *launch), env={KILL_ENV: kill_at})
+    hook = {KILL_ENV: kill_at, "PYTHONPATH": os.pathsep.join([str(FAULTS), *sys.path])}  # the test-only kill hook
+    launched = Launched(pacs_train(tiny_model_dir, out, *launch), env=hook)
     text = run_ok(launched)
     killed = _kill_time(text)
 
     # 1. restarted by the agent, from the newest complete checkpoint; the interrupted save is skipped, named
-    assert f"Resuming from {out / f'checkpoint-{resumed}'}, the newest complete checkpoint" in text
+    assert f"Resume decision: resuming from {out / f'checkpoint-{resumed}'}." in text
     if interrupted is not None:
         assert f"Not resuming from {out / f'checkpoint-{interrupted}'}: its save did not finish" in text
     # 2. the weights and the logs of the uninterrupted run
@@ -276,6 +332,51 @@ def test_a_killed_worker_restarts_and_the_run_ends_as_the_uninterrupted_one(
     # 4. kill -> training again: the first logged training step after the kill
     again = next(t for t, line in launched.lines if t > killed and "'pacs/loss'" in line)
     print(f"\n{kill_at}: kill -> training again {again - killed:.1f} s")
+
+
+def _alive(pids: list[int]) -> list[int]:
+    """The processes of `pids` still running (a zombie is not)."""
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                alive.append(pid)
+    return alive
+
+
+@pytest.mark.distributed
+def test_kill_9_of_the_launcher_leaves_no_worker_and_the_rerun_ends_as_the_uninterrupted_one(
+    reference, tiny_model_dir, tmp_path
+):
+    out = tmp_path / "out"
+
+    def launch() -> Launched:
+        options = ["--accelerate_config", "zero3", "--num_processes", "2", "--main_process_port", str(free_port()),
+                   "--resume_from_checkpoint", "auto"]  # fmt: skip
+        return Launched(pacs_train(tiny_model_dir, out, *options))
+
+    first = launch()
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint-4" / COMPLETE_MARKER).exists():  # training, with complete checkpoints behind it
+        assert first.proc.poll() is None and time.monotonic() < deadline, first.text()[-5000:]
+        time.sleep(0.1)
+    workers = _descendants(first.proc.pid)
+    assert len(workers) >= 2 and (out / LOCK_FILE).exists()
+    # 1. kill -9 of the launcher's process group: torchrun's workers run in sessions of their own, out of its reach;
+    #    they stop by themselves (their parent-death signal), within a bounded time
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    deadline = time.monotonic() + 30
+    while _alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(workers), f"workers alive 30 s after the launcher's kill -9: {_alive(workers)}"
+    # 2. the same command again: it takes over the dead run's lock, resumes, and ends as the uninterrupted run
+    text = run_ok(launch())
+    assert "Taking over the lock of" in text and "on this host is gone" in text
+    assert "Resume decision: resuming from" in text
+    assert sha256(out / "model.safetensors") == sha256(reference / "model.safetensors")
+    assert log_history(out) == log_history(reference)
+    assert not (out / LOCK_FILE).exists()
 
 
 def slurm_script(model_dir: str, out: Path, port: int) -> str:
@@ -405,4 +506,4 @@ def test_the_hostfile_launch_builds_the_deepspeed_command(tiny_model_dir, tmp_pa
     assert "--module" in argv[:module]
     assert argv[module + 1 : module + 3] == ["--config", str(ROOT / "src" / "pacs" / "recipes" / "tiny_cpu.yaml")]
     assert "ACCELERATE_DEEPSPEED_ZERO_STAGE=3" in " ".join(argv)
-    assert not (tmp_path / "out").exists()  # nothing trained here: pdsh would have started the nodes
+    assert not (tmp_path / "out").exists()  # nothing trained here (pdsh would have started the nodes), no lock taken

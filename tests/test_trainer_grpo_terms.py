@@ -1,4 +1,4 @@
-"""`pacs.grpo.terms` against `GRPOTrainer._compute_loss` on the same batch: the KL term, the entropy bonus (static and
+"""`pacs.loss_terms` against `GRPOTrainer._compute_loss` on the same batch: the KL term, the entropy bonus (static and
 adaptive, with its controller) and the token metrics PACS re-does must be GRPOTrainer's own."""
 
 import pytest
@@ -40,7 +40,7 @@ def hand_made_batch(trainer, B=4, prompt_len=3, completion_len=6):
 
 
 def run_both(trainer, inputs):
-    """(loss, metrics, entropy_coef) of GRPOTrainer's `_compute_loss` and of `_add_grpo_terms` (`pacs.grpo`) on a zero policy loss,
+    """(loss, metrics, entropy_coef) of GRPOTrainer's `_compute_loss` and of `_add_grpo_terms` (`pacs.loss_terms`) on a zero policy loss,
     each from the same controller state."""
     state = (trainer.entropy_coef, trainer._last_world_entropy, trainer._entropy_window_stats)
     results = []

@@ -176,12 +176,15 @@ def test_exchange_order_gives_every_process_its_share_of_each_step():
         assert sorted(rows.tolist()) == list(range(4 * step, 4 * step + 4))
 
 
-def test_split_layout_is_checked_when_the_trainer_is_built(tiny_model_dir, tmp_path):
-    args = tiny_pacs_config(
-        tmp_path / "bad", per_device_train_batch_size=2, gradient_accumulation_steps=4, steps_per_generation=6
-    )
+def test_split_layout_is_checked_when_the_config_is_built(tmp_path):
+    # with the config, before any trainer or model exists
     with pytest.raises(ValueError, match=r"steps_per_generation \(6\) must be a multiple of gradient_accumulation"):
-        PACSTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
+        tiny_pacs_config(
+            tmp_path / "bad", per_device_train_batch_size=2, gradient_accumulation_steps=4, steps_per_generation=6
+        )
+    args = tiny_pacs_config(tmp_path / "ok", per_device_train_batch_size=2, gradient_accumulation_steps=2)
+    assert args.split_layout() == "local"
+    assert tiny_pacs_config(tmp_path / "whole").split_layout() is None  # a micro-batch holds whole groups
 
 
 @pytest.mark.parametrize("P, GA, S, entropy_coef", [(4, 1, 3, 0.0), (2, 2, 6, 0.0), (1, 4, 12, 0.0), (1, 4, 12, 0.01)])

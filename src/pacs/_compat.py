@@ -3,12 +3,14 @@
 One place, so that a TRL upgrade touches one file; each piece says when it can go. Importing it imports neither torch nor
 TRL (`pacs plan` reads its constants), each function imports what it uses.
 
-- `check_trl`: the import-time check that TRL has every `GRPOTrainer` method `HardenedGRPOTrainer` and `PACSTrainer`
-  override or call (`_OVERRIDDEN`, `_USED`), the private state they read or write (`_STATE`), and the `VLLMGeneration`
-  method the LoRA push replaces and what it uses (`_VLLM_USED`, `_VLLM_STATE`). Keep it as long as pacs touches
-  private names; update the lists with every new one (tests/test_grpo_trainer.py compares `_OVERRIDDEN` with the
-  code). Also private, outside this file: `pacs.grpo.terms` (GRPOTrainer's inline loss terms, re-done; its docstring
-  says when it can go) and `pacs.anchors.reference.ReferenceAnchor._build_ref_model` (GRPOTrainer's way of building and
+- `check_trl`: the import-time check that TRL has every `GRPOTrainer` method a layer overrides or calls, and the
+  private state it reads or writes. `check_trl()` (by `pacs.grpo.trainer`): what `HardenedGRPOTrainer` needs
+  (`_OVERRIDDEN`, `_USED`, `_STATE`) and the `VLLMGeneration` method the LoRA push replaces and what it uses
+  (`_VLLM_USED`, `_VLLM_STATE`); `check_trl("pacs")` (by `pacs.trainer`): what only `PACSTrainer` and its loss terms
+  need (`_PACS_OVERRIDDEN`, `_PACS_STATE`, the module global `shuffle_sequence_dict`). Keep it as long as pacs touches
+  private names; update the lists with every new one (tests/test_grpo_trainer.py compares `_OVERRIDDEN` and
+  `_PACS_OVERRIDDEN` with the code). Also private, outside this file: `pacs.grpo.terms` and `pacs.loss_terms`
+  (GRPOTrainer's inline loss pieces, re-done; their docstrings say when they can go) and `pacs.anchors.reference.ReferenceAnchor._build_ref_model` (GRPOTrainer's way of building and
   sharding its reference model, followed for pi_ref: update with TRL's `__init__`).
 - `TRL_REWARD_KWARGS`, `MULTIMODAL_KEYS`, `GRPO_ONLY_LOSS_SETTINGS`: what `GRPOTrainer` passes to reward functions, to
   the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
@@ -136,33 +138,32 @@ TORCH_SHARED_RDZV_STORE = (Version("2.4"), None)
 """The torch versions (from, to exclusive; `None`: not fixed yet) whose elastic agent hands its rendezvous TCP store
 to the workers (`dynamic_rendezvous.py`, `use_agent_store`) and whose restarted workers then read the previous
 attempt's addresses from it: gloo fails with "connectFullMesh failed ... Connection refused", or the group hangs
-(pytorch#135712; seen on torch 2.13 on CPU, tests/test_restarts.py). `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives
+(pytorch#135712; seen on torch 2.13 on CPU, tests/test_resume.py). `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives
 each attempt a store of its own. Set the upper bound when a torch release fixes it."""
 
 _TRL_RANGE = (Version("1.15"), Version("2"))
-_OVERRIDDEN = (  # HardenedGRPOTrainer's, then PACSTrainer's: each in one class (tests/test_grpo_trainer.py)
+_OVERRIDDEN = (  # HardenedGRPOTrainer's: each in one class (tests/test_grpo_trainer.py)
     "_calculate_rewards",
     "_generate_and_score_completions",
     "_generate_single_turn",
     "_save_checkpoint",
     "_load_optimizer_and_scheduler",
-    "_prepare_inputs",
-    "_compute_loss",
 )
 _USED = (  # a batch's log-probs; a checkpoint's folder; a finished run's final weights (transformers' `Trainer`)
     "_get_per_token_logps_and_entropies",
     "_get_output_dir",
     "_load_from_checkpoint",
 )
-_STATE = (
-    "_step", "_buffered_inputs", "_metrics", "_tokenizer", "_entropy_bonus_enabled", "_entropy_window_stats",
-    "_last_world_entropy",
-)  # fmt: skip
-"""GRPOTrainer's private state pacs reads or writes: the micro-batch counter and the buffered generation batch (exact
-resume mid-generation, the split path's step), the metric buffer (every metric pacs logs), the tokenizer (the row
-exchange's padding), the adaptive entropy controller (`HardenedGRPOTrainer._add_grpo_terms`, a copy of TRL's inline
-one). Checked at import in GRPOTrainer's source, where `__init__` sets them. Each can go when TRL exposes it: a
-rollout-buffer state for checkpoints, a metric-logging method, a loss-terms helper."""
+_STATE = ("_step", "_buffered_inputs", "_metrics")
+"""GRPOTrainer's private state the hardened layer reads or writes: the micro-batch counter and the buffered generation
+batch (exact resume mid-generation) and the metric buffer (every metric it logs). Checked at import in GRPOTrainer's
+source, where `__init__` sets them. Each can go when TRL exposes it: a rollout-buffer state for checkpoints, a
+metric-logging method."""
+_PACS_OVERRIDDEN = ("_prepare_inputs", "_compute_loss")  # PACSTrainer's: the batch shuffle and the loss
+_PACS_STATE = ("_tokenizer", "_entropy_bonus_enabled", "_entropy_window_stats", "_last_world_entropy")
+"""GRPOTrainer's private state only PACS reads or writes: the tokenizer (the split path's row exchange pads with it)
+and the adaptive entropy controller (`pacs.loss_terms.GRPOLossTerms`, a copy of TRL's inline one). It can go when TRL
+exposes a loss-terms helper."""
 _VLLM_USED = ("_fix_param_name_to_vllm",)  # the LoRA push names parameters as TRL does
 _VLLM_STATE = ("_dist",)  # the LoRA push gathers under ZeRO-3 as TRL does
 VLLM_PARAM_ITERATOR = "_iter_named_params"
@@ -221,25 +222,34 @@ def elastic_restart_env(torch_version: str, endpoint: str) -> dict[str, str]:
     return env
 
 
-def check_trl() -> None:
-    """Fail at import, with a fix, if the installed TRL lacks what `HardenedGRPOTrainer` or `PACSTrainer` overrides or
-    calls."""
+def check_trl(layer: str = "grpo") -> None:
+    """Fail at import, with a fix, if the installed TRL lacks what a layer overrides or calls: `"grpo"`,
+    `HardenedGRPOTrainer`'s (and the LoRA push's) private names; `"pacs"`, those only `PACSTrainer` adds."""
     import trl
     from trl import GRPOTrainer
-    from trl.generation.vllm_generation import VLLMGeneration
     from trl.trainer import grpo_trainer as _grpo_module
 
     version = Version(trl.__version__)
-    missing = [name for name in _OVERRIDDEN + _USED if not callable(getattr(GRPOTrainer, name, None))]
-    missing += [
-        f"VLLMGeneration.{n}" for n in _VLLM_REPLACED + _VLLM_USED if not callable(getattr(VLLMGeneration, n, None))
-    ]
-    missing += _unset(GRPOTrainer, _STATE) + [f"VLLMGeneration.{n}" for n in _unset(VLLMGeneration, _VLLM_STATE)]
-    if not hasattr(_grpo_module, "shuffle_sequence_dict"):
-        missing.append("trl.trainer.grpo_trainer.shuffle_sequence_dict")
+    if layer == "pacs":
+        needed = _PACS_OVERRIDDEN
+        missing = [name for name in needed if not callable(getattr(GRPOTrainer, name, None))]
+        missing += _unset(GRPOTrainer, _PACS_STATE)
+        if not hasattr(_grpo_module, "shuffle_sequence_dict"):
+            missing.append("trl.trainer.grpo_trainer.shuffle_sequence_dict")
+    else:
+        from trl.generation.vllm_generation import VLLMGeneration
+
+        needed = _OVERRIDDEN + _USED
+        missing = [name for name in needed if not callable(getattr(GRPOTrainer, name, None))]
+        missing += [
+            f"VLLMGeneration.{n}"
+            for n in _VLLM_REPLACED + _VLLM_USED
+            if not callable(getattr(VLLMGeneration, n, None))
+        ]
+        missing += _unset(GRPOTrainer, _STATE) + [f"VLLMGeneration.{n}" for n in _unset(VLLMGeneration, _VLLM_STATE)]
     if missing or not (_TRL_RANGE[0] <= version < _TRL_RANGE[1]):
         raise ImportError(
-            f"pacs needs trl>={_TRL_RANGE[0]},<{_TRL_RANGE[1]} (GRPOTrainer with {', '.join(_OVERRIDDEN + _USED)}); "
+            f"pacs needs trl>={_TRL_RANGE[0]},<{_TRL_RANGE[1]} (GRPOTrainer with {', '.join(needed)}); "
             f"found trl {trl.__version__}"
             + (f" without {', '.join(missing)}" if missing else "")
             + '. Install a supported version: pip install "trl>=1.15,<2".'

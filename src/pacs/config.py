@@ -235,6 +235,7 @@ class PACSConfig(HardenedGRPOConfig):
             self.steps_per_generation = DEFAULT_OPTIMIZER_STEPS_PER_GENERATION * self.gradient_accumulation_steps
         super().__post_init__()
         self._validate_step_batch()
+        self.split_layout()  # the split path's layout exists (or a ValueError names a valid setting)
         self._warn_on_policy()
         self._warn_ignored_grpo_settings()
         if self.pacs_score == "grpo" and (self.max_grad_norm is None or self.max_grad_norm <= 0):
@@ -324,6 +325,19 @@ class PACSConfig(HardenedGRPOConfig):
             f"multiple of num_generations ({G}), so a completion group would straddle two optimizer steps; use "
             f"gradient_accumulation_steps={ga} (or a multiple), or per_device_train_batch_size={bs}."
         )
+
+    def split_layout(self) -> str | None:
+        """Where the rows of an optimizer step live on the split path (`pacs.split.split_layout`: `"local"` or
+        `"exchange"`), for this config's world size; `None` when `per_device_train_batch_size` is a multiple of
+        `num_generations` (every micro-batch holds whole groups). A `ValueError` names a valid setting; it is first
+        raised by `__post_init__`."""
+        from .split import split_layout
+
+        P, G = self.per_device_train_batch_size, self.num_generations
+        if G is None or P % G == 0:
+            return None
+        GA, S = self.gradient_accumulation_steps, self.steps_per_generation
+        return split_layout(P, GA, S, self.world_size, G)
 
     def _warn_on_policy(self) -> None:
         generate_every = self.steps_per_generation * self.num_iterations  # micro-batches per generation (TRL's test)

@@ -47,9 +47,10 @@ from pathlib import Path
 from trl import GRPOConfig, ModelConfig, get_peft_config
 
 from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
-from pacs.grpo.checkpoints import run_identity, train_unless_finished
+from pacs.grpo.checkpoints import run_identity
 from pacs.grpo.checks import check_trainer_datasets, reward_keywords
-from pacs.grpo.resume import remove_checkpoints, restart_count, resume_checkpoint
+from pacs.grpo.resume import Resume, remove_checkpoints, restart_count, resume_decision
+from pacs.grpo.run_lock import check_output_dir, hold_output_dir, release_output_dir, stop_with_launcher
 from pacs.options import USER_ERRORS
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_parser: `pacs.train`'s public names)
@@ -120,8 +121,10 @@ def load_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_a
 
 def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig):
     """Everything before the model loads, where every ordinary mistake is a `ValueError` (or `FileNotFoundError`) of
-    one message: the inputs, the plan, the data and rewards checked against each other. Returns the training set, the
-    evaluation set and the reward functions."""
+    one message: the inputs, the plan, the resume decision, the data and rewards checked against each other. Returns
+    the training set, the evaluation set, the reward functions and the resume decision (`pacs.grpo.resume.Resume`)."""
+    if "LOCAL_RANK" in os.environ:  # a launched worker: it stops when its launcher is gone (`pacs.grpo.run_lock`)
+        stop_with_launcher()
     check_inputs(script_args, training_args, model_args)
     # before any model loads: what `pacs plan` checks (batch, vLLM's limits, precision, memory) on this run's hardware
     try:
@@ -131,15 +134,11 @@ def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args:
             raise
         logger.exception("check_plan is false: training despite the plan's failures")
 
-    # which checkpoint this process resumes from (an elastic restart: the newest complete one), or a refusal
+    # the output folder's lock, and how this process's run resumes (an elastic restart: the newest complete
+    # checkpoint), or a refusal; decided once here and handed to the trainer
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    training_args.resume_from_checkpoint = _resume_or_refuse(
-        script_args,
-        training_args,
-        model_args.model_name_or_path,
-        world_size,
-        first_process=training_args.process_index == 0,
-    )
+    first_process = training_args.process_index == 0
+    resume = _decide(script_args, training_args, model_args.model_name_or_path, world_size, first_process)
 
     # 1. The model is loaded by the trainer from its id or path, so that ZeRO-3 can shard it while it loads.
     model_init_kwargs = {
@@ -153,17 +152,21 @@ def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args:
     # 2. Data and rewards: TRL hands every column of the data to every reward function as a keyword argument (the
     # math format's gold answers sit in `solution`); checked against each other here (the trainer checks them again,
     # `pacs.grpo.checks`, for users who build it themselves).
-    return load_inputs(script_args, training_args, model_args)
+    return (*load_inputs(script_args, training_args, model_args), resume)
 
 
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
-    """Train in this process: the checks, the data and rewards (`prepare`), the trainer, `train()`, the saved model."""
-    train(script_args, training_args, model_args, *prepare(script_args, training_args, model_args))
+    """Train in this process: the checks, the data and rewards (`prepare`), the trainer, `train()`, the saved model.
+    The output folder's lock is released when it returns or raises (a process that exits releases it anyway)."""
+    try:
+        train(script_args, training_args, model_args, *prepare(script_args, training_args, model_args))
+    finally:
+        release_output_dir(training_args.output_dir)
 
 
-def train(script_args, training_args, model_args, train_dataset, eval_dataset, reward_funcs) -> None:
+def train(script_args, training_args, model_args, train_dataset, eval_dataset, reward_funcs, resume: Resume) -> None:
     """The trainer (PACS, or the GRPO baseline on identical arguments and the same hardened layer) on what `prepare`
-    returned, `train()`, the saved model."""
+    returned, `train()` as `resume` says, the saved model; then the output folder's lock is released."""
     trainer_cls = ALGORITHMS[script_args.algorithm].trainer_class()
     trainer = trainer_cls(
         model=model_args.model_name_or_path,
@@ -174,29 +177,34 @@ def train(script_args, training_args, model_args, train_dataset, eval_dataset, r
         peft_config=get_peft_config(model_args),
     )
     _log_run(trainer, script_args.algorithm, len(train_dataset))
-    _train_and_save(trainer, script_args, training_args)
+    _train_and_save(trainer, script_args, training_args, resume)
+    release_output_dir(training_args.output_dir)
 
 
-def _resume_or_refuse(script_args, training_args, model: str, world_size: int, first_process: bool) -> str | None:
-    """`pacs.grpo.resume.resume_checkpoint` for this launch; on a fresh start with `overwrite_output_dir`, the first
-    process deletes the old checkpoints. Raises `ResumeRefused` (one line; `pacs train` exits 2)."""
-    resume = resume_checkpoint(
-        training_args.resume_from_checkpoint, training_args.output_dir,
-        run_identity(model, world_size, training_args), script_args.overwrite_output_dir, verbose=first_process,
-    )  # fmt: skip
-    fresh = resume is None and restart_count() == 0
-    if fresh and script_args.overwrite_output_dir and first_process:
+def _decide(script_args, training_args, model: str, world_size: int, first_process: bool, launcher: bool = False):
+    """The output folder's lock (`pacs.grpo.run_lock`: the run's first process takes it; a launching process only
+    checks it), then the resume decision (`pacs.grpo.resume.resume_decision`), once; on a fresh start with
+    `overwrite_output_dir`, the first process deletes the old checkpoints. Returns the decision (`Resume`); raises
+    `OutputDirInUse` or `ResumeRefused` (one line; `pacs train` exits 2)."""
+    if first_process:
+        lock = check_output_dir if launcher else hold_output_dir
+        lock(training_args.output_dir, training_args.ddp_timeout)
+    identity = run_identity(model, world_size, training_args)
+    resume = resume_decision(
+        training_args.resume_from_checkpoint, training_args, identity, script_args.overwrite_output_dir, first_process
+    )
+    if resume.checkpoint is None and restart_count() == 0 and script_args.overwrite_output_dir and first_process:
         remove_checkpoints(training_args.output_dir)
     return resume
 
 
-def _train_and_save(trainer, script_args: ScriptArguments, training_args: GRPOConfig) -> None:
-    # 4. Train, resuming if asked (`--resume_from_checkpoint true`: the newest complete checkpoint in output_dir); a
-    #    run whose checkpoint is already at max_steps trains nothing and keeps its final model (pacs.grpo.checkpoints).
-    trained = train_unless_finished(trainer, training_args.resume_from_checkpoint)
+def _train_and_save(trainer, script_args: ScriptArguments, training_args: GRPOConfig, resume: Resume) -> None:
+    # 4. Train as this process's resume decision says (`prepare`); a run whose checkpoint is already at max_steps
+    #    trains nothing and keeps its final model (pacs.grpo.resume).
+    trainer.train(resume_from_checkpoint=resume)
 
     # 5. Save (LoRA: the adapter; ZeRO-3: the gathered 16-bit weights) and push like any TRL script.
-    if trained:
+    if not resume.finished:
         trainer.save_model(training_args.output_dir)
         if trainer.accelerator.is_main_process:
             logger.info("Model saved to %s", os.path.abspath(training_args.output_dir))
@@ -305,14 +313,14 @@ def _restart_options(recipe: Recipe) -> list[str]:
 
 
 def _check_before_launch(recipe: Recipe) -> None:
-    """The resume decision of every process, once here before anything starts (its refusal: exit 2, one line)."""
-    if int(launch_setting(recipe, "machine_rank", 0)) != 0 and recipe.script_args.overwrite_output_dir:
+    """The launching process's resume decision, once here before anything starts, with machine 0's check that no
+    live run holds the output folder (a refusal: exit 2, one line); the run's first process takes the lock."""
+    first_machine = int(launch_setting(recipe, "machine_rank", 0)) == 0
+    if not first_machine and recipe.script_args.overwrite_output_dir:
         return  # machine 0 decides what to delete
     world_size = int(launch_setting(recipe, "num_processes", 1))
-    _resume_or_refuse(
-        recipe.script_args, recipe.training_args, recipe.model_args.model_name_or_path or "", world_size,
-        first_process=int(launch_setting(recipe, "machine_rank", 0)) == 0,
-    )  # fmt: skip
+    model = recipe.model_args.model_name_or_path or ""
+    _decide(recipe.script_args, recipe.training_args, model, world_size, first_process=first_machine, launcher=True)
 
 
 def run(args) -> int:

@@ -9,12 +9,14 @@ by whole groups instead of by rows, and, when a group does not fit in one micro-
 processes and each optimizer step carries its groups' closed-form coefficients (the split path, `pacs.split`).
 Generation (transformers, vLLM colocate or server), reward functions, reference model / KL, PEFT, DeepSpeed and
 logging are inherited unchanged, and the checks, guards, checkpoints and vLLM hardening come from
-`HardenedGRPOTrainer`. PACS extends that layer's named points and overrides two TRL methods no other class
-overrides:
+`HardenedGRPOTrainer`. PACS extends that layer's named points, overrides two TRL methods no other class
+overrides, and adds GRPO's other loss terms with `pacs.loss_terms.GRPOLossTerms` (a mixin that overrides
+nothing). The split path's layout comes with the config (`PACSConfig.split_layout`, checked when the config is
+built, so before the model loads).
 
-1. `_check_args` returns the split path's layout, before the model loads; `_after_rewards` returns each completion's
-   label (the `reward_weights`-weighted sum of the reward functions, each mapped by `pacs_label_transform`), checked
-   to lie in [0, 1], with its scorable flag and row number: columns the GRPO layer attaches to the batch;
+1. `_after_rewards` returns each completion's label (the `reward_weights`-weighted sum of the reward functions, each
+   mapped by `pacs_label_transform`), checked to lie in [0, 1], with its scorable flag and row number: columns the
+   GRPO layer attaches to the batch;
    `_before_generation` / `_after_scoring` run the anchor (`pacs.anchors`: a reset, pi_ref's log-probs);
    `_after_monitors` exchanges rows on the split path.
 2. `_prepare_inputs` shuffles the generation batch by whole groups instead of by rows, so that a micro-batch (or,
@@ -33,7 +35,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from ._compat import group_shuffle, shuffle_groups
+from ._compat import check_trl, group_shuffle, shuffle_groups
 from .anchors import make_anchor
 from .config import PACSConfig
 from .critic import CriticTally, critic_metrics, ranking_sums
@@ -41,10 +43,14 @@ from .grpo.terms import loss_mask
 from .grpo.trainer import HardenedGRPOTrainer
 from .labels import label_range_error, reward_to_label
 from .loss import compute_reward_proxy, pacs_loss
+from .loss_terms import GRPOLossTerms
 from .split import attach_step_coefficients, exchange_order, exchange_rows, split_layout
 
 
-class PACSTrainer(HardenedGRPOTrainer):
+check_trl("pacs")  # what only PACS needs of TRL's private API (`pacs._compat`)
+
+
+class PACSTrainer(GRPOLossTerms, HardenedGRPOTrainer):
     """
     Trainer for PACS, implicit actor-critic coupling via a supervised learning framework for RLVR.
 
@@ -95,7 +101,8 @@ class PACSTrainer(HardenedGRPOTrainer):
     }
 
     def __init__(self, model, reward_funcs=None, args: PACSConfig | None = None, **kwargs):
-        super().__init__(model, reward_funcs, args=args, **kwargs)  # the checks, `_check_args`, GRPOTrainer
+        super().__init__(model, reward_funcs, args=args, **kwargs)  # the checks, GRPOTrainer
+        self._split_layout = self.args.split_layout()  # checked when the config was built (`PACSConfig.__post_init__`)
         self._critic_tally = CriticTally()  # the within-group ranking, pooled over an optimizer step
         self._pacs_anchor = make_anchor(
             self.args.pacs_anchor, self.args, self.model, self.accelerator, self._logps_without_grad, self.ref_model
@@ -103,21 +110,10 @@ class PACSTrainer(HardenedGRPOTrainer):
         for callback in self._pacs_anchor.callbacks():
             self.add_callback(callback)
 
-    def _check_args(self, args: PACSConfig) -> dict:
-        layout = super()._check_args(args)
-        # Split path (a micro-batch holds part of a group), see `pacs.split`; refused before the model loads
-        layout["pacs_split"] = None
-        if args.per_device_train_batch_size % args.num_generations != 0:
-            layout["pacs_split"] = split_layout(
-                args.per_device_train_batch_size, args.gradient_accumulation_steps, args.steps_per_generation,
-                args.world_size, args.num_generations,
-            )  # fmt: skip
-        return layout
-
     @property
     def _pacs_layout(self) -> str | None:
-        """Split path: where the rows of an optimizer step live (`pacs.split.split_layout`); `None`: whole groups."""
-        return self._layout["pacs_split"]
+        """Split path: where the rows of an optimizer step live (`PACSConfig.split_layout`); `None`: whole groups."""
+        return self._split_layout
 
     @property
     def _pacs_split(self) -> bool:

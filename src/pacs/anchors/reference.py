@@ -38,7 +38,7 @@ import torch
 from accelerate.utils import is_peft_model
 from transformers import TrainerCallback
 
-from ..grpo.terms import per_token_kl, token_mean
+from ..loss_terms import per_token_kl, token_mean
 
 
 logger = logging.getLogger(__name__)

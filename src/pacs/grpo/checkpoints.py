@@ -18,12 +18,13 @@ Three things the `transformers` checkpoint leaves out, for a run that is preempt
 
 3. **A finished run.** Resumed from a checkpoint at `max_steps` (or at the end of its last epoch), transformers trains
    one more step and the script then rewrites the final model. [`finished_run`] says when there is nothing left to
-   train; `HardenedGRPOTrainer.train` then trains nothing and keeps the final model in `output_dir`, and
-   [`train_unless_finished`] does the same for any `Trainer` (TRL's own `GRPOTrainer` too). A larger
-   `max_steps` still extends the run.
+   train; the resume decision (`pacs.grpo.resume.resume_decision`) then answers "finished", and
+   `HardenedGRPOTrainer.train` trains nothing and keeps the final model in `output_dir`. A larger `max_steps` still
+   extends the run.
 
-The functions here are file handling; `pacs.grpo.HardenedGRPOTrainer` holds the trainer hooks that call them (`train`,
-`_save_checkpoint`, `_load_optimizer_and_scheduler`, `save_model`), and `PACSTrainer` inherits them.
+The functions here are file handling; which checkpoint a run resumes from is decided once, in
+`pacs.grpo.resume.resume_decision`, and `pacs.grpo.HardenedGRPOTrainer` holds the trainer hooks that use them
+(`train`, `_save_checkpoint`, `_load_optimizer_and_scheduler`, `save_model`), which `PACSTrainer` inherits.
 
 >>> import tempfile, os
 >>> out = tempfile.mkdtemp()
@@ -67,8 +68,6 @@ __all__ = [
     "save_rollout",
     "sync_checkpoint_files",
     "sync_own_files",
-    "resume_or_finished",
-    "train_unless_finished",
     "write_complete_marker",
 ]
 
@@ -249,7 +248,7 @@ def run_identity(model_name_or_path: str, world_size: int, args) -> dict[str, An
     A checkpoint resumes exactly only into the run that saved it: another number of processes cannot load its
     optimizer shards or its rollout, and another model or batch layout would train a different run from its state.
     `HardenedGRPOTrainer` records this dict in every completion marker (`"run"`), and `pacs train` compares it with
-    the launch's before any model loads ([`identity_mismatch`]; `pacs.grpo.resume.resume_checkpoint`). Call it with
+    the launch's before any model loads ([`identity_mismatch`]; `pacs.grpo.resume.resume_decision`). Call it with
     the same values wherever a run is compared with a checkpoint.
 
     Args:
@@ -381,7 +380,8 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> tuple[str | None,
 def resolve_resume_checkpoint(
     resume_from_checkpoint: str | bool | None, output_dir: str, verbose: bool = True
 ) -> str | None:
-    """What to pass to `Trainer.train(resume_from_checkpoint=...)`: the newest complete checkpoint for `True`.
+    """The checkpoint folder a `resume_from_checkpoint` setting names: the newest complete checkpoint for `True` (one
+    piece of `pacs.grpo.resume.resume_decision`, which is the function to call).
 
     `True` (or the strings "true", "last", "latest" of a command line) picks [`last_complete_checkpoint`] of
     `output_dir` and logs each newer folder it skipped; a named folder that is incomplete is a `ValueError` saying
@@ -405,7 +405,7 @@ def resolve_resume_checkpoint(
                 f"resume_from_checkpoint=True found no complete checkpoint in {output_dir} ({detail}). Start without "
                 "resume_from_checkpoint, or name a checkpoint folder."
             )
-        (logger.info if verbose else logger.debug)("Resuming from %s, the newest complete checkpoint.", path)
+        logger.debug("The newest complete checkpoint is %s.", path)  # the resume decision logs what it decides
         return path
     path = str(resume_from_checkpoint)
     run_dir = os.path.dirname(os.path.abspath(path))
@@ -467,33 +467,3 @@ def finished_run(checkpoint: str | os.PathLike | None, args) -> str | None:
         f"The run is finished: {checkpoint} is at {where}. Nothing is trained and the final model in "
         f"{args.output_dir} is kept; pass a larger max_steps (or num_train_epochs) to train further."
     )
-
-
-def resume_or_finished(trainer, resume_from_checkpoint: str | bool | None) -> tuple[str | None, bool]:
-    """The finished-run policy, in one place: the checkpoint `trainer` resumes from ([`resolve_resume_checkpoint`];
-    `True`: the newest complete one) and whether the run is finished there ([`finished_run`], logged with why).
-    `HardenedGRPOTrainer.train` and [`train_unless_finished`] both ask it."""
-    verbose = trainer.accelerator.is_main_process
-    path = resolve_resume_checkpoint(resume_from_checkpoint, trainer.args.output_dir, verbose=verbose)
-    message = finished_run(path, trainer.args)
-    if message is not None:
-        (logger.warning if verbose else logger.debug)("%s", message)
-    return path, message is not None
-
-
-def train_unless_finished(trainer, resume_from_checkpoint: str | bool | None = None) -> bool:
-    """`trainer.train(resume_from_checkpoint=...)`, unless the checkpoint it resumes from ends the run.
-
-    Works for any `transformers.Trainer` (the GRPO baseline as well as `PACSTrainer`) with [`resume_or_finished`]'s
-    policy; a `HardenedGRPOTrainer` applies it in its own `train` (which also loads the final weights).
-
-    Returns:
-        `bool`: whether it trained. `False` means the run was already finished: do not save the final model again.
-    """
-    if hasattr(trainer, "_finished_checkpoint"):  # HardenedGRPOTrainer: its `train` asks `resume_or_finished`
-        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-        return trainer._finished_checkpoint is None
-    path, finished = resume_or_finished(trainer, resume_from_checkpoint)
-    if not finished:
-        trainer.train(resume_from_checkpoint=path)
-    return not finished

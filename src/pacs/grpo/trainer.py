@@ -9,22 +9,21 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   completion), generation batches without a single reward (a warning, then a stop), and optimizer steps whose gradient
   norm is not finite (skipped, counted in `pacs/skipped_steps`, `pacs_max_skipped_steps` in a row stop the run).
 - **Crash-safe, exact checkpoints** (`pacs.grpo.checkpoints`): fsynced files and a completion marker, resume from the
-  newest complete checkpoint, mid-generation resume with the buffered rollout, no training past a finished run.
+  newest complete checkpoint, mid-generation resume with the buffered rollout, no training past a finished run (the
+  resume decision, `pacs.grpo.resume.resume_decision`, made once and read by `train` and `save_model`).
 - **vLLM** (`pacs.grpo.vllm_sync`): the LoRA push without drift of the frozen base weights, and the sampling-gap
   monitor that warns on stale vLLM weights; `pacs/is_masked_frac` and `pacs/is_ratio_mean` with vLLM's
   importance-sampling correction.
 - **Mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
 - **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): training generation batches of groups
   whose rewards differ, topped up with rounds of fresh prompts, for GRPO and any subclass alike.
-- For a subclass that replaces GRPO's loss: `_per_token_logps` (a batch's log-probs) and `_add_grpo_terms` (TRL's KL
-  term, entropy bonus and auxiliary loss, which TRL computes inline in the `_compute_loss` being replaced).
+- `_per_token_logps` / `_logps_without_grad`: a batch's log-probs, as GRPOTrainer computes them.
 
 Each TRL method below is overridden here and nowhere else (`pacs._compat.check_trl` checks at import that TRL still
 has them). A subclass extends the named points instead; each receives what it acts on and returns what it adds, and
-none reads another's data from the trainer. `_check_args(args) -> dict` once, with the checked config, before the
-model loads: returns what it derives from the config (PACS: where the rows of a split group live), which `__init__`
-stores as `self._layout`; then, in this order for every generation batch of mode `mode` ("train" / "eval", read once
-when the batch starts and passed to every point):
+none reads another's data from the trainer. None runs before `GRPOTrainer.__init__` (what a subclass derives from
+its config belongs to the config: its `__post_init__` checks it). In this order, for every generation batch of mode
+`mode` ("train" / "eval", read once when the batch starts and passed to every point):
 
 1. `_before_generation(mode)`: before the batch is generated (PACS: reset pi_ref when its schedule says so);
 2. `_after_rewards(rewards_per_func, scorable, mode) -> columns`: right after the reward functions, with TRL's
@@ -40,7 +39,8 @@ when the batch starts and passed to every point):
 
 Points 1, 3 and 4 run once per generation batch whatever its number of rounds; TRL's generation, its per-call
 metrics and point 2 once per round. At every checkpoint, `_save_extra_state(folder)` (after the checkpoint's own
-files, before its completion marker, so a complete checkpoint has it) and `_load_extra_state(checkpoint)` (after the optimizer and scheduler are restored).
+files, before its completion marker, so a complete checkpoint has it) and `_load_extra_state(checkpoint)` (after the
+optimizer and scheduler are restored).
 
 The model's mode is the batch's from generation to the loss and the logs: TRL's continuous batching calls
 `unwrapped_model.train()` after generating, even in evaluation, and TRL reads `model.training` again in
@@ -63,14 +63,13 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from .._compat import check_trl, no_router_logits
+from .._compat import check_trl, no_router_logits, only_tied_keys_missing
 from .checkpoints import (
     COMPLETE_MARKER,
     ROLLOUT_DIR,
     TRAINER_STATE,
     load_rollout,
     missing_rank_files,
-    resume_or_finished,
     run_identity,
     save_rollout,
     sync_checkpoint_files,
@@ -86,10 +85,10 @@ from .checks import (
 )
 from .config import HardenedGRPOConfig
 from .dynamic_sampling import TopUpStream, assemble_rows, select_groups, uniform_signal
-from .faults import fault_point, optimizer_shard_fault
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .metrics import group_outcome_shares
-from .terms import forward_inputs, per_token_kl, token_mean
+from .resume import Resume, resume_decision
+from .terms import forward_inputs
 from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
 
 
@@ -156,17 +155,15 @@ class HardenedGRPOTrainer(GRPOTrainer):
         if isinstance(model, str):
             check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
         args = check_trainer_args(model, args, self._config_class, type(self).__name__, self._name)
-        layout = self._check_args(args)
         check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
         check_dynamic_sampling(args, kwargs.get("train_dataset"), reward_funcs)
         super().__init__(model, reward_funcs, args=args, **kwargs)
-        self._layout: dict = layout  # what `_check_args` derived from the config
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
         self._sampling_monitor = SamplingGapMonitor()
-        self._finished_checkpoint: str | None = None  # `train` found the run finished there
-        self._final_weights_loaded = False  # ... and loaded its weights into the model
+        self._resume: Resume | None = None  # the resume decision `train` read (`pacs.grpo.resume`)
+        self._final_weights_loaded = False  # the run was finished, and `train` loaded its weights into the model
         self._batch_mode: str | None = None  # the mode of the generation batch being made
         self._batch_columns: dict[str, torch.Tensor] = {}  # `_after_rewards`' columns, until the batch is assembled
         self._rounds: list[Round] | None = None  # dynamic sampling: the rounds of the batch being made
@@ -187,11 +184,6 @@ class HardenedGRPOTrainer(GRPOTrainer):
             self._metrics[mode][key].append(value)
 
     # extension points (see the module docstring), in the order they run --------------------------------------------
-    def _check_args(self, args) -> dict:
-        """Once, before the model loads: a subclass's own checks of its (already type-checked) config. Returns what it
-        derives from the config (`{}` here; a subclass adds its keys to `super()`'s), stored as `self._layout`."""
-        return {}
-
     def _before_generation(self, mode: str) -> None:
         """Before each generation batch of `mode` ("train" or "eval") is generated."""
 
@@ -267,8 +259,6 @@ class HardenedGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         mode = self._batch_mode = self._mode  # once, at the batch's start (see the module docstring)
-        if mode == "train":  # test-only (`pacs.grpo.faults`): nothing happens unless PACS_TEST_KILL_AT names it
-            fault_point("generation", self.state.global_step, self.accelerator.process_index)
         self._batch_columns = {}
         try:
             self._before_generation(mode)
@@ -391,27 +381,33 @@ class HardenedGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
         """`Trainer.train`, resuming from the newest *complete* checkpoint for `resume_from_checkpoint=True`.
 
-        A checkpoint whose save was interrupted (no `pacs_checkpoint_complete.json`, or a file whose size differs
-        from the one it records) is skipped with a warning that says why; a named incomplete one is an error (see
-        `pacs.grpo.checkpoints`). A checkpoint that ends the run (`resume_or_finished`) trains nothing: the state is
-        the checkpoint's, the model gets the checkpoint's weights (what the script does next sees the final model;
-        under DeepSpeed or FSDP, where no engine exists yet, it keeps the initial ones and says so), and `save_model`
-        keeps the final model already in `output_dir`.
+        `resume_from_checkpoint` is the setting (`None`, `True`, `"auto"`, a folder), which this process's resume
+        decision (`pacs.grpo.resume.resume_decision`) turns into a checkpoint; or that decision itself, a
+        [`~pacs.grpo.resume.Resume`], made before the trainer was built (`pacs train` does). A checkpoint whose save
+        was interrupted is skipped with a warning that says why; a named incomplete one, or another run's, is an error
+        (`ResumeRefused`). A decision that the run is finished trains nothing: the state is the checkpoint's, the
+        model gets the checkpoint's weights (what the script does next sees the final model; under DeepSpeed or FSDP,
+        where no engine exists yet, it keeps the initial ones and says so), and `save_model` keeps the final model
+        already in `output_dir`.
         """
-        resume, finished = resume_or_finished(self, resume_from_checkpoint)
-        self._finished_checkpoint = None
-        if finished:  # transformers would train one step past the end
+        if not isinstance(resume_from_checkpoint, Resume):
+            identity = run_identity(self._model_id, self.accelerator.num_processes, self.args)
+            verbose = self.accelerator.is_main_process
+            resume_from_checkpoint = resume_decision(resume_from_checkpoint, self.args, identity, verbose=verbose)
+        self._resume = resume = resume_from_checkpoint
+        self._final_weights_loaded = False
+        if resume.finished:  # transformers would train one step past the end
             from transformers import TrainerState
             from transformers.trainer_utils import TrainOutput
 
-            self._finished_checkpoint = resume
-            self.state = TrainerState.load_from_json(os.path.join(resume, TRAINER_STATE))
-            self._final_weights_loaded = self._load_final_weights(resume)
+            self.state = TrainerState.load_from_json(os.path.join(resume.checkpoint, TRAINER_STATE))
+            self._final_weights_loaded = self._load_final_weights(resume.checkpoint)
             return TrainOutput(self.state.global_step, float("nan"), {})
         try:
             return super().train(
-                resume_from_checkpoint=resume, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval, **kwargs
-            )
+                resume_from_checkpoint=resume.checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
+                **kwargs,
+            )  # fmt: skip
         except RuntimeError as error:  # torch.distributed's errors too: a collective that timed out names the cause
             stopped = stopped_rank_error(error, self.args.ddp_timeout, self.accelerator.num_processes)
             if stopped is None:
@@ -434,9 +430,9 @@ class HardenedGRPOTrainer(GRPOTrainer):
         """`Trainer.save_model`, except after `train` found the run finished: the final model already in
         `output_dir` is kept (and pushed by `push_to_hub`); saving to another folder writes the final weights `train`
         loaded, or is an error where it could not load them (DeepSpeed, FSDP)."""
-        finished = self._finished_checkpoint
-        if finished is None:
+        if self._resume is None or not self._resume.finished:
             return super().save_model(output_dir, _internal_call=_internal_call)
+        finished = self._resume.checkpoint
         target = output_dir if output_dir is not None else self.args.output_dir
         if os.path.abspath(target) == os.path.abspath(self.args.output_dir):
             if self.accelerator.is_main_process:
@@ -474,8 +470,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         limit = self.args.save_total_limit
         self.args.save_total_limit = None
         try:
-            with optimizer_shard_fault(self.state.global_step, self.accelerator.process_index):  # test-only
-                super()._save_checkpoint(model, trial)
+            super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
         self._save_extra_state(folder)
@@ -511,6 +506,14 @@ class HardenedGRPOTrainer(GRPOTrainer):
             output_dir=run_dir, save_total_limit=self.args.save_total_limit,
             best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
         )  # fmt: skip
+
+    def _issue_warnings_after_load(self, load_result):
+        # a tied `lm_head.weight` that the checkpoint stores once is not missing: tie it, no warning (`pacs._compat`)
+        missing = getattr(load_result, "missing_keys", None)
+        if hasattr(load_result, "_replace") and only_tied_keys_missing(self.model, missing):
+            self.model.tie_weights()
+            load_result = load_result._replace(missing_keys=[])
+        super()._issue_warnings_after_load(load_result)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -554,6 +557,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         GA, S = self.current_gradient_accumulation_steps, self.args.steps_per_generation
         return first_step_of_generation(self._step, GA, S, self.num_iterations)
 
+    # a batch's log-probs, as GRPOTrainer computes them ---------------------------------------------------------------
     def _logps_without_grad(self, model, batch: dict, batch_size: int | None = None) -> torch.Tensor:
         """Per-token log-probs `(B, T)` of `batch`'s completion tokens under `model`, as GRPOTrainer computes its old
         and reference log-probs: without grad and without activation checkpointing (which a forward without grad does
@@ -561,7 +565,6 @@ class HardenedGRPOTrainer(GRPOTrainer):
         with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             return self._per_token_logps(model, batch, batch_size=batch_size)[0]
 
-    # for a subclass that replaces GRPO's loss ------------------------------------------------------------------------
     def _per_token_logps(self, model, inputs, **kwargs):
         """`(logps, entropies, aux_loss)` of `inputs`' completion tokens under `model`, as GRPOTrainer computes them."""
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
@@ -573,53 +576,3 @@ class HardenedGRPOTrainer(GRPOTrainer):
             **kwargs,
             **forward_inputs(inputs),
         )
-
-    def _add_grpo_terms(self, mode, loss, policy_loss, per_token_logps, entropies, aux_loss, inputs, mask):
-        """`loss` (this micro-batch's policy loss) plus GRPOTrainer's other terms, scaled for gradient accumulation.
-
-        In GRPOTrainer's order: + `beta` x the KL to the reference model (per-sequence token mean, then batch mean),
-        / `gradient_accumulation_steps` (train), - the entropy bonus, + `router_aux_loss_coef` x the auxiliary loss.
-        Logs `policy_loss` (the value of `policy_loss`, with the entropy bonus), `aux_loss`, `entropy` and `kl` as
-        GRPOTrainer does (tests/test_trainer_grpo_terms.py compares them with `GRPOTrainer._compute_loss`).
-        """
-        metrics, gather = self._metrics[mode], self.accelerator.gather
-        if self.beta != 0.0:
-            old = inputs.get("old_per_token_logps")
-            kl = per_token_kl(per_token_logps, inputs["ref_per_token_logps"], old, self.args.use_bias_correction_kl)
-            loss = loss + self.beta * ((kl * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-            metrics["kl"].append(token_mean(self.accelerator, kl, mask))
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0  # no accumulation in eval
-        loss = loss / normalizer
-        if self._entropy_bonus_enabled:
-            loss = loss - self._entropy_bonus(mode, entropies, mask)
-            metrics["policy_loss"].append(gather(policy_loss.detach()).mean().item())
-        if self.aux_loss_enabled:
-            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
-            metrics["aux_loss"].append(gather(aux_loss.detach()).mean().item())
-        metrics["entropy"].append(token_mean(self.accelerator, entropies, mask))
-        return loss
-
-    def _entropy_bonus(self, mode: str, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """TRL's entropy regularisation (static `entropy_coef` or adaptive), scaled and logged as GRPOTrainer does,
-        with GRPOTrainer's controller state (`entropy_coef`, `_entropy_window_stats`, `_last_world_entropy`)."""
-        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        entropy_loss = (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
-        # the coefficient and gate of the previous optimizer step, so every micro-batch of this one uses the same
-        adaptive, args = self.use_adaptive_entropy, self.args
-        coef = self.entropy_coef if not adaptive or self._last_world_entropy <= args.entropy_target else 0.0
-        if adaptive and mode == "train":
-            stats = torch.stack([(entropies * mask).sum(), mask.sum()]).detach()
-            window = self._entropy_window_stats
-            self._entropy_window_stats = stats if window is None else window + stats
-            if self.accelerator.sync_gradients:  # optimizer-step boundary: update the coefficient for the next one
-                totals = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
-                world_entropy = (totals[0] / totals[1].clamp(min=1.0)).item()
-                if world_entropy <= args.entropy_target:
-                    self.entropy_coef = min(self.entropy_coef + args.entropy_coef_delta, args.entropy_coef_max)
-                else:
-                    self.entropy_coef = max(self.entropy_coef - args.entropy_coef_delta, args.entropy_coef_min)
-                self._last_world_entropy = world_entropy
-                self._entropy_window_stats = None
-        if mode == "train" and self.accelerator.sync_gradients:
-            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
-        return coef * entropy_loss

@@ -79,7 +79,7 @@ def plan_recipe(
 
     recipe = read_recipe(["--config", str(config), *overrides, "--use_cpu", "true"], prog="pacs plan")
     # what `pacs train` refuses first (a model, the data file, the rewards), the checkpoint aside
-    check_inputs(recipe.script_args, recipe.training_args, recipe.model_args, checkpoint=False)
+    check_inputs(recipe.script_args, recipe.training_args, recipe.model_args)
     launch = recipe_launch(recipe, accelerate_config, num_processes, num_machines, gpu_memory_gb)
     model_args = recipe.model_args
     shape = (

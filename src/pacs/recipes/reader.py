@@ -417,16 +417,13 @@ def launch_setting(recipe: Recipe, name: str, default=None, config_file: bool = 
     return default if value is None else value
 
 
-def check_inputs(
-    script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig, checkpoint: bool = True
-) -> None:
+def check_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
     """What the user named, checked in moments and before anything loads (by `pacs train`, in the process that
     launches accelerate too, so that a mistake ends there with one line, not on every rank; and by `pacs plan`, which
-    refuses what `pacs train` refuses): a model, the data file, the reward functions, the checkpoint to resume from.
-    `checkpoint=False` leaves the checkpoint out (`pacs plan`: a plan of a resumed launch may run before, or away
-    from, the run's output folder). Raises `ValueError` or `FileNotFoundError` naming the fix."""
+    refuses what `pacs train` refuses): a model, the data file, the reward functions. (The checkpoint to resume from
+    is the resume decision's, `pacs.grpo.resume.resume_decision`, which `pacs train` makes once per process.) Raises
+    `ValueError` or `FileNotFoundError` naming the fix."""
     from ..data import check_dataset_name
-    from ..grpo.checkpoints import resolve_resume_checkpoint
     from ..grpo.checks import check_model_folder, check_model_path
     from ..rewards import get_reward_funcs
 
@@ -439,8 +436,6 @@ def check_inputs(
     check_model_folder(model_args.model_name_or_path)
     check_dataset_name(script_args.dataset_name)
     get_reward_funcs(script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache)
-    if checkpoint:
-        resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, verbose=False)
 
 
 def _subtract_subsequence(items: list[str], subsequence: list[str]) -> list[str]:
