@@ -47,6 +47,17 @@ def parity_reward(completion_ids, **kwargs):
     return [float(sum(ids) % 2) for ids in completion_ids]
 
 
+def alternating_reward(completion_ids, **kwargs):
+    """0, 1, 0, 1, ... down the batch: groups of an even size are never uniform (dynamic sampling keeps round 1)."""
+    return [float(i % 2) for i in range(len(completion_ids))]
+
+
+def sparse_parity_reward(prompts, completion_ids, **kwargs):
+    """`parity_reward` on the prompts whose number is a multiple of 3 (`dataset()`'s "What is i + 2i?"), 0 on the
+    others: a third of the groups mixed, the rest all wrong (uniform), for dynamic sampling to filter."""
+    return [float(int(p.split()[2]) % 3 == 0 and sum(ids) % 2 == 1) for p, ids in zip(prompts, completion_ids)]
+
+
 def multiple_of_4_reward(completion_ids, **kwargs):
     """The share of completion tokens whose id is a multiple of 4: learnable, ~1/4 for a random model."""
     return [sum(i % 4 == 0 for i in ids) / max(len(ids), 1) for ids in completion_ids]
@@ -59,10 +70,12 @@ def dataset():
 
 
 def trainer_config(algorithm: str, out: str, **overrides):
-    """PACSConfig or GRPOConfig (beta 0) with the settings the sections share; `overrides` replace them."""
+    """PACSConfig, GRPOConfig (beta 0) or, for "hardened_grpo", pacs's HardenedGRPOConfig with the settings the
+    sections share; `overrides` replace them."""
     from trl import GRPOConfig
 
     from pacs import PACSConfig
+    from pacs.grpo import HardenedGRPOConfig
 
     base = dict(output_dir=out, bf16=cuda(), use_cpu=not cuda(), learning_rate=1e-6, lr_scheduler_type="constant",
                 optim="adamw_torch", max_grad_norm=0.0, beta=0.0, logging_steps=1, save_strategy="no",
@@ -70,11 +83,11 @@ def trainer_config(algorithm: str, out: str, **overrides):
     config = {**base, **overrides}
     if "pacs" in algorithm:
         return PACSConfig(**config, **({"pacs_anchor": "reference"} if algorithm == "pacs_ref" else {}))
-    return GRPOConfig(**config)
+    return (HardenedGRPOConfig if algorithm == "hardened_grpo" else GRPOConfig)(**config)
 
 
 def make_trainer(algorithm, model, tokenizer, args, reward, completions: dict, synthetic: int = 0, **kwargs):
-    """A PACSTrainer or GRPOTrainer that records its step times and, unless `completions` is None, generates once (for
+    """A PACSTrainer, GRPOTrainer or ("hardened_grpo") HardenedGRPOTrainer that records its step times and, unless `completions` is None, generates once (for
     real, or random ids of length `synthetic` if > 0) and replays that generation afterwards (`completions` is shared
     between trainers)."""
     import torch
@@ -82,6 +95,7 @@ def make_trainer(algorithm, model, tokenizer, args, reward, completions: dict, s
     from trl import GRPOTrainer
 
     from pacs import PACSTrainer
+    from pacs.grpo import HardenedGRPOTrainer
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **kw):
@@ -92,6 +106,7 @@ def make_trainer(algorithm, model, tokenizer, args, reward, completions: dict, s
             trainer.step_s.append(time.perf_counter() - self.start)
 
     trainer_cls = PACSTrainer if "pacs" in algorithm else GRPOTrainer
+    trainer_cls = HardenedGRPOTrainer if algorithm == "hardened_grpo" else trainer_cls
     trainer = trainer_cls(model=model, reward_funcs=reward, args=args, train_dataset=dataset(),
                           processing_class=tokenizer, callbacks=[StepTimer()], **kwargs)  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # the log dicts, printed by Trainer when tqdm is off

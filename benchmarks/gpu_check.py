@@ -24,13 +24,22 @@ are "ok". Models are randomly initialised from Qwen3 configs written here (real 
    groups), 2 optimizer steps each. Fails unless both train (finite losses, the adapter moves) and batch 1 peaks lower.
 4. zero3: one process under `accelerate launch` with DeepSpeed ZeRO-3 (Qwen3-0.6B's shape, bf16): initialises, trains
    2 optimizer steps, saves checkpoint-2, and `from_pretrained` of it equals the gathered trained weights.
+6. dynamic_sampling: Qwen3-0.6B's shape, groups of 8, 128-token completions generated for real (EOS suppressed), GRPO
+   through pacs's layer (HardenedGRPOTrainer), 3 generation batches of 2 groups: with `dynamic_sampling` off and on,
+   on a reward that leaves two thirds of the groups all wrong (`sparse_parity_reward`) and on one that never makes a
+   uniform group (`alternating_reward`). Per run: rounds and completions generated per completion trained per generation
+   batch, and the median time of a generation batch (its optimizer steps, generation included) after the first; the
+   on/off ratios of that time (sparse: what the top-ups cost per trained completion; never uniform: the filter's own cost,
+   expected ~1). Fails if a loss is not finite, the sparse reward needs no top-up round, a trained group is uniform
+   beyond the logged fallback, the never-uniform reward takes more than one round, or a run with it off logs
+   `pacs/ds/*`.
 5. learning_sanity: (a) 4 AdamW steps at the recipes' lr 1e-6 through PACSTrainer (Qwen3-0.6B's shape): with float32
    weights nearly every element of the decoder's weight matrices moves, with bfloat16 weights almost none does
    (issue 27: the updates fall below bf16's resolution); (b) a tiny model learns a learnable reward (the share of
    completion tokens whose id is a multiple of 4) within 24 steps at lr 3e-2. The reward is checked rather than the
    loss: PACS's loss is ln 2 on the first step of every generation by construction (psi = 0 against pi_old).
 
-Each section is in a try/except and a global --time-budget (350 s on a GPU) skips a section that would overrun it.
+Each section is in a try/except and a global --time-budget (400 s on a GPU) skips a section that would overrun it.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from pathlib import Path
 from _common import machine_info  # also sets the offline environment variables
 from _gpu_check import (
     all_finite,
+    alternating_reward,
     build_model,
     cuda,
     dataset,
@@ -58,17 +68,20 @@ from _gpu_check import (
     markdown,
     multiple_of_4_reward,
     parity_reward,
+    sparse_parity_reward,
     spread,
     train_run,
     trainer_config,
 )
 
 
-SECTIONS = ("pacs_vs_grpo", "reference_anchor", "split_lora", "zero3", "learning_sanity")
-RUN_ORDER = ("learning_sanity", "zero3", "pacs_vs_grpo", "split_lora", "reference_anchor")  # cheap and vital first
-# seconds each section is planned to take on one H200 (320 s of the 350 s budget): one that would not fit in what is
-# left of the budget is skipped; the repetitions of pacs_vs_grpo and reference_anchor stop at 1.25 times their share
-GPU_COST_S = {"pacs_vs_grpo": 120, "reference_anchor": 60, "split_lora": 50, "zero3": 60, "learning_sanity": 30}
+SECTIONS = ("pacs_vs_grpo", "reference_anchor", "split_lora", "zero3", "learning_sanity", "dynamic_sampling")
+RUN_ORDER = ("learning_sanity", "zero3", "pacs_vs_grpo", "split_lora", "dynamic_sampling", "reference_anchor")
+# cheap and vital first. Seconds each section is planned to take on one H200 (380 s of the 400 s budget): one that
+# would not fit in what is left of the budget is skipped; the repetitions of pacs_vs_grpo and reference_anchor stop at
+# 1.25 times their share
+GPU_COST_S = {"pacs_vs_grpo": 120, "reference_anchor": 60, "split_lora": 50, "zero3": 60, "learning_sanity": 30,
+              "dynamic_sampling": 60}  # fmt: skip
 
 
 REPLAY: dict = {}  # (shape, completion length, group) -> the one real generation, replayed by every later run
@@ -77,9 +90,10 @@ REPLAY: dict = {}  # (shape, completion length, group) -> the one real generatio
 def settings(rehearse: bool) -> dict:
     """Shapes and sizes: the real ones on a GPU, tiny ones for the CPU rehearsal (same code paths)."""
     if rehearse:
-        return dict(main="tiny", lora="tiny", small="tiny", completion=16, group=4, reps=2, steps=3, split_steps=2)
+        return dict(main="tiny", lora="tiny", small="tiny", completion=16, group=4, reps=2, steps=3, split_steps=2,
+                    ds_completion=16)  # fmt: skip
     return dict(main="qwen3-4b", lora="qwen3-8b", small="qwen3-0.6b", completion=1024, group=8, reps=3, steps=4,
-                split_steps=2)  # fmt: skip
+                split_steps=2, ds_completion=128)  # fmt: skip
 
 
 def compare(algorithms, s, tmp, deadline, check_reference=False) -> dict:
@@ -313,6 +327,69 @@ def section_learning_sanity(s, tmp, deadline):
     return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}
 
 
+def section_dynamic_sampling(s, tmp, deadline):
+    import torch
+
+    from pacs.grpo.dynamic_sampling import uniform_signal
+    from pacs.testing import build_tiny_tokenizer
+
+    tokenizer, runs, G, L = build_tiny_tokenizer(), {}, s["group"], s["ds_completion"]
+    cases = {"off": (sparse_parity_reward, False), "on": (sparse_parity_reward, True),
+             "off_never_uniform": (alternating_reward, False), "on_never_uniform": (alternating_reward, True)}  # fmt: skip
+    for name, (reward, on) in cases.items():
+        # 2 groups per generation batch, 2 optimizer steps each, 3 generation batches; real generation every round
+        args = trainer_config("hardened_grpo", f"{tmp}/{name}", per_device_train_batch_size=G, num_generations=G,
+                              steps_per_generation=2, max_steps=6, max_completion_length=L, dynamic_sampling=on,
+                              generation_kwargs={"min_new_tokens": L})  # fmt: skip
+        model = build_model(s["small"], tokenizer)
+        trainer = make_trainer("hardened_grpo", model, tokenizer, args, reward, None)
+        trained, after_monitors = [], trainer._after_monitors
+
+        def record(output, mode, after_monitors=after_monitors, trained=trained, reward=reward):
+            output = after_monitors(output, mode)
+            if mode == "train":  # the assembled batch's rewards, recomputed from its own tokens
+                prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+                ids = [
+                    row[mask.bool()].tolist() for row, mask in zip(output["completion_ids"], output["completion_mask"])
+                ]
+                values = torch.tensor(reward(prompts=prompts, completion_ids=ids))
+                trained.append(int(uniform_signal(values, torch.ones_like(values, dtype=torch.bool), G).sum()))
+            return output
+
+        trainer._after_monitors = record
+        run = train_run(trainer)
+        logs = [e for e in trainer.state.log_history if "loss" in e]
+        ds = {k.removeprefix("pacs/ds/"): [e[k] for e in logs if k in e] for k in {k for e in logs for k in e}
+              if k.startswith("pacs/ds/")}  # fmt: skip
+        batch_s = [sum(run["step_s"][i : i + 2]) for i in range(0, len(run["step_s"]), 2)]  # per generation batch
+        runs[name] = {**run, "ds": ds, "uniform_trained": trained, "batch_s": batch_s,
+                      "batch_s_after_first": statistics.median(batch_s[1:])}  # fmt: skip
+        del trainer, model
+        free()
+    on, off, on_all, off_all = runs["on"], runs["off"], runs["on_never_uniform"], runs["off_never_uniform"]
+    problems = [f"{k}: non-finite loss" for k, r in runs.items() if not all_finite(r["losses"])]
+    problems += [
+        f"{k}: logs pacs/ds/* with dynamic sampling off" for k in ("off", "off_never_uniform") if runs[k]["ds"]
+    ]
+    if not on["ds"].get("rounds") or max(on["ds"]["rounds"]) <= 1:
+        problems.append(f"the sparse reward needed no top-up round: rounds {on['ds'].get('rounds')}")
+    if on["uniform_trained"] != on["ds"].get("fallback_groups"):  # both once per generation batch
+        problems.append(f"uniform groups trained {on['uniform_trained']}, fallback {on['ds'].get('fallback_groups')}")
+    if set(on_all["ds"].get("rounds", [])) != {1}:
+        problems.append(f"the never-uniform reward took rounds {on_all['ds'].get('rounds')}")
+    result = {
+        "runs": runs,
+        "rounds": on["ds"].get("rounds"),
+        "generated_per_trained": on["ds"].get("generated_per_trained"),
+        "on/off batch time (sparse)": on["batch_s_after_first"] / off["batch_s_after_first"],
+        "on/off batch time (never uniform)": on_all["batch_s_after_first"] / off_all["batch_s_after_first"],
+    }
+    summary = (f"sparse reward: rounds {result['rounds']}, generated/trained {result['generated_per_trained']}, "
+               f"generation batch time on/off {result['on/off batch time (sparse)']:.2f}; never uniform: on/off "
+               f"{result['on/off batch time (never uniform)']:.3f}")  # fmt: skip
+    return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}
+
+
 def verify(path: str) -> list[str]:
     """What is wrong with a gpu_check.json for the rehearsal: a missing section or status, or a section not "ok"."""
     if not Path(path).is_file():
@@ -331,7 +408,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes, the same code paths")
     parser.add_argument("--out-dir", default=None, help="default: benchmarks/results/gpu (GPU), outputs/gpu_check")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated, of " + ", ".join(SECTIONS))
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 350 GPU, 900 rehearsing)")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 400 GPU, 900 rehearsing)")
     parser.add_argument("--verify", metavar="JSON", help="check a gpu_check.json as make gpu-rehearsal does")
     parser.add_argument("--zero3-worker", metavar="OUT_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -339,7 +416,7 @@ def main(argv=None) -> int:
         problems, text = verify(args.verify), Path(args.verify).read_text() if Path(args.verify).is_file() else "{}"
         for name, section in json.loads(text).get("sections", {}).items():
             print(f"{name}: {section.get('status')}"[:300])
-        print("\n".join(["FAILED:", *problems]) if problems else f"{args.verify}: the five sections pass")
+        print("\n".join(["FAILED:", *problems]) if problems else f"{args.verify}: the six sections pass")
         return 1 if problems else 0
     if args.zero3_worker:
         zero3_worker(args.zero3_worker, args.rehearse)
@@ -349,7 +426,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     if not cuda() and not args.rehearse:
         parser.error("no CUDA device here: run on a GPU, or rehearse the check on CPU with --rehearse")
-    budget = args.time_budget or (900.0 if args.rehearse else 350.0)
+    budget = args.time_budget or (900.0 if args.rehearse else 400.0)
     out_dir = Path(args.out_dir or ("benchmarks/results/gpu" if cuda() else "outputs/gpu_check"))
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()

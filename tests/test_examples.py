@@ -182,6 +182,9 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
     assert {f.name for f in dataclasses.fields(args)} == grpo_fields | {
         "pacs_max_skipped_steps",
         "vllm_server_read_timeout",
+        "dynamic_sampling",
+        "dynamic_sampling_max_rounds",
+        "dynamic_sampling_metric",
     }
     with pytest.raises(ValueError, match="not_an_argument"):
         parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo", "--not_an_argument", "1")

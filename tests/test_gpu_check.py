@@ -43,7 +43,7 @@ def test_the_gpu_check_imports_no_vllm():
         assert not any(m.split(".")[0] == "vllm" for m in imported), (name, sorted(imported))
 
 
-def test_verify_accepts_only_five_passing_sections(gpu_check, tmp_path):
+def test_verify_accepts_only_six_passing_sections(gpu_check, tmp_path):
     path = tmp_path / "gpu_check.json"
 
     def verify(sections):
@@ -70,6 +70,19 @@ def test_split_lora_rehearsal_writes_a_passing_section(gpu_check, tmp_path):
     assert all(r["adapter_moved"] and len(r["losses"]) == 2 for r in runs.values())
     assert runs["batch_1"]["peak_mem_gib"] is None  # no GPU: no memory figure rather than a CPU one
     assert "| split_lora | ok |" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_dynamic_sampling_rehearsal_writes_a_passing_section(gpu_check, tmp_path):
+    code = gpu_check.main(["--rehearse", "--sections", "dynamic_sampling", "--out-dir", str(tmp_path)])
+    section = _result(tmp_path)["sections"]["dynamic_sampling"]
+    assert code == 0 and section["status"] == "ok", section
+    runs = section["runs"]
+    assert set(runs) == {"off", "on", "off_never_uniform", "on_never_uniform"}
+    assert max(section["rounds"]) > 1 and section["generated_per_trained"] == section["rounds"]
+    assert runs["on"]["uniform_trained"] == runs["on"]["ds"]["fallback_groups"]  # only the logged fallback
+    assert runs["off"]["ds"] == {} and set(runs["on_never_uniform"]["ds"]["rounds"]) == {1}
+    assert section["on/off batch time (sparse)"] > 0 and section["on/off batch time (never uniform)"] > 0
+    assert "| dynamic_sampling | ok |" in (tmp_path / "gpu_check.md").read_text()
 
 
 def test_a_check_that_does_not_hold_fails_visibly(gpu_check, tmp_path, monkeypatch):

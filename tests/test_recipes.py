@@ -112,3 +112,41 @@ def test_failures_resume_by_themselves_and_a_slow_rollout_is_not_a_hang(name):
     assert recipe["resume_from_checkpoint"] == "auto"
     assert recipe["ddp_timeout"] >= 1800 and "a whole\n# generation plus an evaluation" in text
     assert build(name, PACSConfig if name in PACS_RECIPES else GRPOConfig).ddp_timeout >= 1800
+
+
+def test_dapo_recipe_carries_the_papers_values_each_with_its_source():
+    # DAPO (arXiv:2503.14476) whole in TRL: its four techniques, its batch, its optimiser, each value sourced in a comment
+    from pacs.grpo import HardenedGRPOConfig
+    from pacs.rewards import get_reward_funcs
+
+    name = "qwen3_4b_dapo.yaml"
+    recipe, text = load(name), (RECIPES / name).read_text()
+    assert recipe["algorithm"] == "grpo"
+    args = build(name, HardenedGRPOConfig)
+    assert args.dynamic_sampling and args.dynamic_sampling_metric == "math_reward"  # verl's filter_groups metric acc
+    assert (args.loss_type, args.epsilon, args.epsilon_high, args.beta) == ("dapo", 0.2, 0.28, 0.0)
+    assert args.mask_truncated_completions and args.scale_rewards == "group"
+    assert args.learning_rate == 1e-6 and args.num_generations == 16
+    W = recipe["expected_world_size"]
+    assert args.per_device_train_batch_size * W * args.steps_per_generation == 512 * 16  # 512 prompts x 16
+    assert args.per_device_train_batch_size * W * args.gradient_accumulation_steps == 512  # 16 updates per rollout
+    # the overlong buffer is DAPO's 4,096 of 20,480 tokens, scaled to the recipe's length; accuracy weighs +1 / -1
+    assert recipe["soft_punish_cache"] / args.max_completion_length == pytest.approx(4096 / 20480, abs=1e-3)
+    funcs = get_reward_funcs(recipe["reward_funcs"], args.max_completion_length, recipe["soft_punish_cache"])
+    assert [f.__name__ for f in funcs] == ["math_reward", "soft_overlong_punishment_reward"]
+    assert args.reward_weights == [2.0, 1.0]
+    # every DAPO value names where it comes from
+    lines = {line.split(":")[0]: line for line in text.splitlines() if line and not line.startswith("#")}
+    for key in ("epsilon", "epsilon_high", "loss_type", "beta", "learning_rate", "num_generations", "temperature"):
+        assert "§" in lines[key] or "verl" in lines[key], lines[key]
+    for fact in ("20,480", "4,096", "512 prompts", "16 gradient updates", "max_num_gen_batches", "filter_groups"):
+        assert fact in text, fact
+    assert "--dynamic_filtering" in text  # OpenRLHF's name beside verl's
+
+
+@pytest.mark.parametrize("name", PACS_RECIPES)
+def test_pacs_recipes_offer_dynamic_sampling_commented_out(name):
+    # an option to try, not a default: the recipes train as before until the study says otherwise
+    text = (RECIPES / name).read_text()
+    assert "dynamic_sampling" not in load(name)
+    assert "# dynamic_sampling: true" in text and "# dynamic_sampling_max_rounds:" in text

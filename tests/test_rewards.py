@@ -144,10 +144,26 @@ def test_get_reward_funcs():
     assert get_reward_funcs(["math", "format"]) == [math_reward, format_reward]
     assert get_reward_funcs("math,format") == [math_reward, format_reward]
     assert get_reward_funcs(["pacs.rewards.format_reward", "pacs.rewards:math_reward"]) == [format_reward, math_reward]
-    with pytest.raises(ValueError, match=r"Valid names are \['boxed_math', 'format', 'math'\]"):
+    names = r"\['boxed_math', 'format', 'math', 'soft_overlong_punishment'\]"
+    with pytest.raises(ValueError, match=r"Valid names are " + names):
         get_reward_funcs(["accuracy"])
     with pytest.raises(ValueError, match="Could not import"):
         get_reward_funcs(["pacs.rewards.nope"])
+
+
+def test_soft_overlong_punishment_is_a_named_reward_built_from_the_recipes_lengths():
+    # DAPO's Eq. 13 through TRL's function: 0 up to L_max - L_cache, then linearly down to -1 at L_max
+    (punish,) = get_reward_funcs(["soft_overlong_punishment"], max_completion_length=100, soft_punish_cache=20)
+    assert punish(completion_ids=[[0] * 80, [0] * 90, [0] * 100]) == [0.0, -0.5, -1.0]
+    assert punish.__name__ == "soft_overlong_punishment_reward"  # TRL logs rewards/<name>/mean
+    # the default buffer is DAPO's share of the length: 4,096 of 20,480 = a fifth
+    (default,) = get_reward_funcs("math,soft_overlong_punishment", max_completion_length=20480)[1:]
+    assert default.soft_punish_cache == 4096
+    with pytest.raises(ValueError, match="needs max_completion_length"):
+        get_reward_funcs(["soft_overlong_punishment"])
+    for bad in (0, 101, 2.5):
+        with pytest.raises(ValueError, match="soft_punish_cache must be an integer between 1 and"):
+            get_reward_funcs(["soft_overlong_punishment"], max_completion_length=100, soft_punish_cache=bad)
 
 
 HOSTILE_BOUND_S = 15.0  # default per-item timeout is 3 s; the rest is slack for a loaded 2-core CI machine

@@ -37,12 +37,14 @@ from .verifier_pool import shutdown_verifiers, verify_batch
 
 __all__ = [
     "FALLBACK_CHARS",
+    "REWARD_FACTORIES",
     "REWARD_FUNCS",
     "extract_answer",
     "boxed_math_reward",
     "format_reward",
     "get_reward_funcs",
     "make_math_reward",
+    "make_soft_overlong_punishment",
     "math_reward",
     "score_completions",
     "shutdown_verifiers",
@@ -252,6 +254,36 @@ boxed_math_reward.__doc__ = """Like `math_reward`, but 0.0 unless the final answ
     [1.0, 0.0]
     """
 
+
+def make_soft_overlong_punishment(max_completion_length: int, soft_punish_cache: int | None = None) -> Callable:
+    """DAPO's overlong reward shaping (https://arxiv.org/abs/2503.14476, Eq. 13): 0 up to
+    `max_completion_length - soft_punish_cache` tokens, then falling linearly to -1 at `max_completion_length`. TRL's
+    `trl.rewards.get_soft_overlong_punishment` (logged as `rewards/soft_overlong_punishment_reward/mean`), with the
+    cache checked and defaulting to DAPO's share of the length. verl: `reward_model.overlong_buffer.{enable, len}`
+    (with `penalty_factor` 1.0); open-r1: `soft_overlong_punishment` with `max_completion_len` / `soft_punish_cache`.
+
+    Args:
+        max_completion_length (`int`):
+            L_max, the longest completion generated (the training config's `max_completion_length`).
+        soft_punish_cache (`int`, *optional*):
+            L_cache, the length of the buffer before L_max in which the punishment grows; between 1 and
+            `max_completion_length`. Defaults to a fifth of `max_completion_length`, DAPO's 4,096 of 20,480.
+
+    >>> punish = make_soft_overlong_punishment(100, 20)
+    >>> punish(completion_ids=[[1] * 80, [1] * 90, [1] * 100])
+    [0.0, -0.5, -1.0]
+    """
+    from trl.rewards import get_soft_overlong_punishment
+
+    cache = max_completion_length // 5 if soft_punish_cache is None else soft_punish_cache
+    if isinstance(cache, bool) or not isinstance(cache, int) or not 0 < cache <= max_completion_length:
+        raise ValueError(
+            f"soft_punish_cache must be an integer between 1 and max_completion_length ({max_completion_length}), "
+            f"got {soft_punish_cache!r}; DAPO punishes the last fifth (4,096 of 20,480 tokens)."
+        )
+    return get_soft_overlong_punishment(max_completion_len=max_completion_length, soft_punish_cache=cache)
+
+
 REWARD_FUNCS: dict[str, Callable[..., list]] = {
     "math": math_reward,
     "boxed_math": boxed_math_reward,
@@ -259,13 +291,33 @@ REWARD_FUNCS: dict[str, Callable[..., list]] = {
 }
 """Reward functions by the short names `get_reward_funcs` accepts."""
 
+REWARD_FACTORIES: dict[str, Callable[..., Callable[..., list]]] = {
+    "soft_overlong_punishment": make_soft_overlong_punishment,
+}
+"""Reward functions with settings, by the short names `get_reward_funcs` accepts; each is built from the settings it
+names (`max_completion_length`, `soft_punish_cache`), which `pacs train` takes from the recipe."""
 
-def get_reward_funcs(names: Sequence[str | Callable] | str) -> list[Callable]:
-    """Look reward functions up by short name (`"math"`, `"format"`) or dotted import path (`"my_pkg.rewards.f"`
-    or `"my_pkg.rewards:f"`); callables pass through.
+
+def get_reward_funcs(
+    names: Sequence[str | Callable] | str,
+    max_completion_length: int | None = None,
+    soft_punish_cache: int | None = None,
+) -> list[Callable]:
+    """Look reward functions up by short name (`"math"`, `"format"`, `"soft_overlong_punishment"`) or dotted import
+    path (`"my_pkg.rewards.f"` or `"my_pkg.rewards:f"`); callables pass through.
+
+    Args:
+        names (`list` or `str`):
+            Names, paths or callables (a string: comma-separated).
+        max_completion_length (`int`, *optional*):
+            For `soft_overlong_punishment` (`make_soft_overlong_punishment`), which needs it: the training config's.
+        soft_punish_cache (`int`, *optional*):
+            For `soft_overlong_punishment`: its buffer (default: a fifth of `max_completion_length`).
 
     >>> [f.__name__ for f in get_reward_funcs(["math", "format"])]
     ['math_reward', 'format_reward']
+    >>> get_reward_funcs(["soft_overlong_punishment"], max_completion_length=8192)[0].soft_punish_cache
+    1638
     """
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
@@ -275,6 +327,10 @@ def get_reward_funcs(names: Sequence[str | Callable] | str) -> list[Callable]:
             funcs.append(name)
         elif name in REWARD_FUNCS:
             funcs.append(REWARD_FUNCS[name])
+        elif name in REWARD_FACTORIES:
+            if max_completion_length is None:
+                raise ValueError(f"The reward {name!r} needs max_completion_length (the training config's).")
+            funcs.append(REWARD_FACTORIES[name](max_completion_length, soft_punish_cache))
         elif "." in name or ":" in name:
             module_name, _, attr = name.rpartition(":") if ":" in name else name.rpartition(".")
             try:
@@ -282,14 +338,14 @@ def get_reward_funcs(names: Sequence[str | Callable] | str) -> list[Callable]:
             except (ImportError, AttributeError) as e:
                 raise ValueError(
                     f"Could not import reward function {name!r} ({e}). Use a dotted path to a function, such as "
-                    f"'my_pkg.rewards.my_reward', or one of the names {sorted(REWARD_FUNCS)}."
+                    f"'my_pkg.rewards.my_reward', or one of the names {sorted([*REWARD_FUNCS, *REWARD_FACTORIES])}."
                 ) from e
             if not callable(func):
                 raise ValueError(f"{name!r} is not callable; it must be a reward function f(completions, **kwargs).")
             funcs.append(func)
         else:
             raise ValueError(
-                f"Unknown reward function {name!r}. Valid names are {sorted(REWARD_FUNCS)}, or a dotted import path "
-                "to a function such as 'my_pkg.rewards.my_reward'."
+                f"Unknown reward function {name!r}. Valid names are {sorted([*REWARD_FUNCS, *REWARD_FACTORIES])}, or "
+                "a dotted import path to a function such as 'my_pkg.rewards.my_reward'."
             )
     return funcs

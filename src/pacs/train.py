@@ -99,7 +99,9 @@ def load_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_a
     takes are kept and must be there, and `prompt` must be. With `model_args`, the training prompts longer than
     `max_prompt_tokens` are dropped first (this needs the tokenizer). Returns the training set, the evaluation set
     and the reward functions; every refusal is a `ValueError` of one message."""
-    reward_funcs = get_reward_funcs(script_args.reward_funcs)
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache
+    )
     train_dataset, eval_dataset = load_datasets(script_args, training_args, reward_keywords(reward_funcs))
     if model_args is not None and script_args.max_prompt_tokens is not None:  # the paper filters overlong prompts
         from transformers import AutoTokenizer

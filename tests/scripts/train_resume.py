@@ -6,6 +6,8 @@ accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume
 accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_resume.py MODEL_DIR OUT_DIR 4 1 4 1 4 2 --lora
 accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 2 2 4 1 4 1 2 3 \
     --dynamic-sampling
+accelerate launch --config_file ZERO3_CPU_2.yaml tests/scripts/train_resume.py MODEL_DIR OUT_DIR 2 2 4 1 4 1 2 \
+    --dynamic-sampling   # ZeRO-3 on 2 processes (tests/test_dynamic_sampling_paths.py)
 
 With `--dynamic-sampling`: `dynamic_sampling=True` on prompts of which only every third can be solved (`hard_reward`), so
 that generation batches need top-up rounds; the record then has each run's `pacs/ds/rounds`.
@@ -81,6 +83,8 @@ def resume_runs(model_dir, out_dir, numbers, resume_steps, lora=False, **overrid
     )
     update = (after - before).norm().item()
     record = {"rank": trainer.accelerator.process_index, "update_norm": update, "generated_at": generated_at}
+    plugin = trainer.accelerator.state.deepspeed_plugin
+    record["zero_stage"] = plugin.zero_stage if plugin is not None else None
     record["ds_rounds"] = [e["pacs/ds/rounds"] for e in trainer.state.log_history if "pacs/ds/rounds" in e]
     record["checkpoints"] = sorted(os.listdir(full_dir))
     record["resumed"] = {}

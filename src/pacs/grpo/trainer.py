@@ -111,9 +111,10 @@ class Round:
     total: int
 
 
-def _prompt_key(row: dict) -> str:
-    # one prompt, whatever row it comes in: the same prompt is not drawn twice into one generation batch
-    return repr(row.get("prompt", row))
+def _prompt_key(row: dict) -> str | object:
+    # one prompt, whatever row it comes in, is not drawn twice into one generation batch; a row without a prompt (an
+    # `environment_factory` owns the data: `reset()` makes each rollout's prompt) equals no other row
+    return repr(row["prompt"]) if "prompt" in row else object()
 
 
 def first_step_of_generation(micro_batch: int, accumulation: int, steps_per_generation: int, iterations: int) -> bool:

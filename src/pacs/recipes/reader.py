@@ -21,7 +21,7 @@ from ..config import PACSConfig
 from ..data import PROMPT_SUFFIX, SYSTEM_PROMPT
 from ..grpo.config import HardenedGRPOConfig
 from ..options import CommandParser
-from ..rewards import REWARD_FUNCS
+from ..rewards import REWARD_FACTORIES, REWARD_FUNCS
 from . import resolve_accelerate_config, resolve_recipe
 
 
@@ -90,9 +90,15 @@ class ScriptArguments:
         answer_column (`str`, *optional*, defaults to `"answer"`):
             Column holding the gold final answer, for local files.
         reward_funcs (`list[str]`, *optional*, defaults to `["math"]`):
-            Reward functions, by name (`"math"`, `"boxed_math"`, `"format"`: `pacs.rewards.REWARD_FUNCS`) or dotted
-            import path (`mymodule.my_reward`; `pacs train` imports modules from the working directory, as `python -m`
-            does). Loaded with `pacs.rewards.get_reward_funcs`.
+            Reward functions, by name (`"math"`, `"boxed_math"`, `"format"`: `pacs.rewards.REWARD_FUNCS`;
+            `"soft_overlong_punishment"`, DAPO's overlong reward shaping over the last `soft_punish_cache` tokens before
+            `max_completion_length`: `pacs.rewards.REWARD_FACTORIES`) or dotted import path (`mymodule.my_reward`;
+            `pacs train` imports modules from the working directory, as `python -m` does). Loaded with
+            `pacs.rewards.get_reward_funcs`.
+        soft_punish_cache (`int`, *optional*):
+            With the reward `soft_overlong_punishment`: the tokens before `max_completion_length` over which its
+            punishment grows from 0 to -1 (DAPO's overlong buffer, 4,096 of 20,480; verl's
+            `reward_model.overlong_buffer.len`). Unset: a fifth of `max_completion_length`, DAPO's share.
         eval_benchmark (`str`, *optional*):
             Bundled benchmark (`"math500"`, `"aime24"`, `"aime25"`, `"amc23"`) evaluated every `eval_steps` when
             `eval_strategy` is `"steps"`. TRL then logs the mean reward over `num_generations_eval` samples per
@@ -161,8 +167,15 @@ class ScriptArguments:
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math"],
         metadata={
-            "help": f"Reward functions, by name ({', '.join(f'`{name}`' for name in REWARD_FUNCS)}) or dotted import "
-            "path (`mymodule.my_reward`, importable from the working directory)."
+            "help": f"Reward functions, by name ({', '.join(f'`{n}`' for n in [*REWARD_FUNCS, *REWARD_FACTORIES])}) "
+            "or dotted import path (`mymodule.my_reward`, importable from the working directory)."
+        },
+    )
+    soft_punish_cache: int | None = field(
+        default=None,
+        metadata={
+            "help": "With the reward `soft_overlong_punishment`: the tokens before max_completion_length over which "
+            "its punishment grows to -1 (DAPO's overlong buffer); unset: a fifth of max_completion_length."
         },
     )
     eval_benchmark: str | None = field(
@@ -422,7 +435,7 @@ def check_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_
     check_model_path(model_args.model_name_or_path)
     check_model_folder(model_args.model_name_or_path)
     check_dataset_name(script_args.dataset_name)
-    get_reward_funcs(script_args.reward_funcs)
+    get_reward_funcs(script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache)
 
 
 def _subtract_subsequence(items: list[str], subsequence: list[str]) -> list[str]:

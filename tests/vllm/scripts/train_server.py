@@ -2,6 +2,12 @@
 
 accelerate launch --multi_gpu --num_processes 2 tests/vllm/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL P GA S STEPS
 python tests/vllm/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL 4 1 1 2
+accelerate launch --multi_gpu --num_processes 2 tests/vllm/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL 4 1 2 4 \
+    --dynamic-sampling
+
+With `--dynamic-sampling`: `dynamic_sampling=True` on prompts of which only every third can be solved (`hard_reward`),
+so that generation batches need top-up rounds; the record then has the weight pushes (the stubbed push still runs
+TRL's `sync_weights`) and, on the main process, the prompts of every request sent to the server.
 
 TRL 1.16 pushes weights to a vLLM server only over NCCL (CUDA): here `VLLMClient.init_communicator` and
 `update_named_params` do nothing, so the server keeps sampling from the initial weights. Generation, labels, the
@@ -24,6 +30,11 @@ def parity_reward(completions, **kwargs):
     return [float(len(c) % 2) for c in completions]
 
 
+def hard_reward(prompts, completions, **kwargs):
+    """Only prompts marked "mixed" can be solved (by odd-length completions): the others make uniform groups."""
+    return [float("mixed" in p and len(c) % 2 == 1) for p, c in zip(prompts, completions, strict=True)]
+
+
 @contextlib.contextmanager
 def stubbed_weight_push():
     """TRL's server-mode weight push (NCCL) replaced by nothing."""
@@ -38,9 +49,15 @@ def stubbed_weight_push():
         VLLMClient.init_communicator, VLLMClient.update_named_params = saved
 
 
-def train(model_dir, out_dir, base_url, per_device, grad_accum, steps_per_generation, max_steps) -> dict:
+def train(
+    model_dir, out_dir, base_url, per_device, grad_accum, steps_per_generation, max_steps, dynamic_sampling=False
+) -> dict:
     """Train; return what every micro-batch's loss saw (rows, labels, labels recomputed from the completions)."""
     dataset = Dataset.from_dict({"prompt": [f"What is {i} + {2 * i}?" for i in range(64)]})
+    reward = parity_reward
+    if dynamic_sampling:
+        dataset = Dataset.from_dict({"prompt": [f"Q{i} {'mixed' if i % 3 == 0 else 'hard'}?" for i in range(64)]})
+        reward = hard_reward
     args = tiny_pacs_config(
         out_dir,
         use_vllm=True,
@@ -52,36 +69,60 @@ def train(model_dir, out_dir, base_url, per_device, grad_accum, steps_per_genera
         gradient_accumulation_steps=grad_accum,
         steps_per_generation=steps_per_generation,
         max_steps=max_steps,
+        dynamic_sampling=dynamic_sampling,
     )
     with stubbed_weight_push():
-        trainer = PACSTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset)
-        seen = []
+        trainer = PACSTrainer(model=model_dir, reward_funcs=reward, args=args, train_dataset=dataset)
+        seen, pushes, requests = [], [], []
         compute_loss = trainer._compute_loss
+        decode = trainer.processing_class.batch_decode
 
         def spy(model, inputs):
-            texts = trainer.processing_class.batch_decode(inputs["completion_ids"], skip_special_tokens=True)
+            texts = decode(inputs["completion_ids"], skip_special_tokens=True)
+            prompts = decode(inputs["prompt_ids"], skip_special_tokens=True)
             seen.append(
                 {
                     "index": inputs["pacs_index"].tolist(),
                     "labels": inputs["pacs_labels"].tolist(),
-                    "recomputed": parity_reward(texts),
+                    "recomputed": reward(prompts=prompts, completions=texts),
+                    "prompts": prompts,
                 }
             )
             return compute_loss(model, inputs)
 
         trainer._compute_loss = spy
+        generation = trainer.vllm_generation
+        sync_weights = generation.sync_weights
+
+        def counting_sync():
+            pushes.append(trainer.state.global_step)
+            sync_weights()
+
+        generation.sync_weights = counting_sync
+        client = getattr(generation, "vllm_client", None)
+        if client is not None:  # the main process: what each request asks the server for
+            generate = client.generate
+
+            def recording_generate(prompts, *args, **kwargs):
+                requests.append({"step": trainer.state.global_step, "prompts": decode(prompts), "n": kwargs.get("n")})
+                return generate(prompts, *args, **kwargs)
+
+            client.generate = recording_generate
         trainer.train()
     return {
         "rank": trainer.accelerator.process_index,
         "world_size": trainer.accelerator.num_processes,
         "layout": trainer._pacs_layout,
         "seen": seen,
+        "pushes": pushes,
+        "requests": requests,
         "log_history": trainer.state.log_history,
     }
 
 
 if __name__ == "__main__":
-    model_dir, out_dir, base_url, *numbers = sys.argv[1:]
-    record = train(model_dir, out_dir, base_url, *map(int, numbers))
+    model_dir, out_dir, base_url, *rest = sys.argv[1:]
+    numbers = [int(x) for x in rest if not x.startswith("--")]
+    record = train(model_dir, out_dir, base_url, *numbers, dynamic_sampling="--dynamic-sampling" in rest)
     with open(os.path.join(out_dir, f"rank{record['rank']}.json"), "w") as f:
         json.dump(record, f)
