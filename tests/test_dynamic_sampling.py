@@ -18,8 +18,8 @@ from trl import GRPOTrainer
 
 from pacs import PACSTrainer
 from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
+from pacs.grpo.dynamic_sampling import STATE_FILE as DYNAMIC_SAMPLING_STATE
 from pacs.grpo.dynamic_sampling import TopUpStream, assemble_rows, select_groups, uniform_signal
-from pacs.grpo.trainer import DYNAMIC_SAMPLING_STATE
 from pacs.testing import tiny_pacs_config
 
 

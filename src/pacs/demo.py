@@ -39,9 +39,8 @@ from .models import DEFAULT_MODEL
 logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # the held-out set's seed: far from any training seed a user would pick
-ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}
-"""The demo's trainers: PACS against plain TRL `GRPOTrainer` / `RLOOTrainer` as TRL ships them (the demo's baselines),
-not `pacs train`'s `algorithm` table (`pacs.recipes.reader.ALGORITHMS`: PACS and GRPO on the hardened layer)."""
+# The demo's trainers: PACS against plain TRL GRPO / RLOO as TRL ships them, not `pacs train`'s hardened layer
+ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}  # (`pacs.recipes.reader`'s table)
 # Chosen from a profile on 2 CPU cores (benchmarks/demo/demo.md): a training step costs ~12 s (forward+backward
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
@@ -236,13 +235,10 @@ def held_out_accuracy(model, tokenizer, dataset, output_dir: Path, max_new_token
     # the training reward's rule (boxed_math_reward): right *and* boxed, so dropping the box cannot look like progress
     per_problem = [int(bool(r["correct"]) and extract_answer(r["completion"]) is not None) for r in rollouts]
     correct = sum(per_problem)
-    right = sum(bool(r["correct"]) for r in rollouts)
-    if right != correct:  # the table `evaluate` logged above scores the other way: say why the two differ
-        logger.info(
-            "Held-out accuracy %.1f%% (%d/%d) counts an answer only when it is boxed and right (the training reward, "
-            "boxed_math_reward); the pass@1 table above, %.2f%% (%d/%d), also counts right answers without a box "
-            "(math_reward's fallback).", 100 * correct / n, correct, n, 100 * right / n, right, n,
-        )  # fmt: skip
+    if (right := sum(bool(r["correct"]) for r in rollouts)) != correct:  # the pass@1 table above scores otherwise
+        logger.info("Held-out accuracy %.1f%% (%d/%d) counts an answer only when it is boxed and right (the training "
+                    "reward, boxed_math_reward); the pass@1 table above, %.2f%% (%d/%d), also counts right answers "
+                    "without a box (math_reward's fallback).", 100 * correct / n, correct, n, 100 * right / n, right, n)  # fmt: skip
     low, high = wilson_interval(correct, n)
     keep = ("problem_id", "completion", "extracted_answer", "solution", "correct")
     return {

@@ -49,6 +49,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .grpo.dynamic_sampling import uniform_signal  # pure torch, as this module
+
 
 REWARD_PROXIES = ("log_ratio", "mean_logp")
 SCORES = ("rloo", "grpo", "dr_grpo", "naive")
@@ -161,8 +163,7 @@ def compute_score(
     return (centered / (std + GRPO_STD_EPS)).view(-1)
 
 
-def _check_branch(score: str, branch: str) -> None:
-    """A score listed in `SCORES` without a branch of its own is an error, never `branch`'s computation."""
+def _check_branch(score: str, branch: str) -> None:  # a score in SCORES with no branch: an error, not `branch`'s
     if score != branch:
         raise NotImplementedError(f"score={score!r} is listed in SCORES but pacs.loss has no computation for it.")
 
@@ -261,22 +262,13 @@ def mixed_group_mask(labels: torch.Tensor, counted: torch.Tensor, num_generation
     Returns:
         `torch.Tensor` of shape `(B,)`, bool: `True` for every row of a mixed group (whatever its own `counted`).
 
-    Example:
-
-    >>> import torch
     >>> labels = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     >>> mixed_group_mask(labels, torch.tensor([True] * 6 + [False, True]), 4).tolist()  # row 6 is not counted
     [True, True, True, True, False, False, False, False]
     """
-    G = num_generations
-    _check_groups(labels.numel(), G)
-    counted = counted.bool().view(-1, G)  # (B/G, G)
-    grouped = labels.view(-1, G)  # (B/G, G)
-    inf = torch.full_like(grouped, float("inf"))
-    low = torch.where(counted, grouped, inf).amin(-1, keepdim=True)  # (B/G, 1) smallest counted label
-    high = torch.where(counted, grouped, -inf).amax(-1, keepdim=True)  # (B/G, 1) largest counted label
-    mixed = (counted.sum(-1, keepdim=True) >= 2) & (low < high)  # (B/G, 1)
-    return mixed.expand(-1, G).reshape(-1)  # (B,)
+    _check_groups(labels.numel(), num_generations)
+    uniform = uniform_signal(labels, counted.bool(), num_generations)  # (B/G,) dynamic sampling's rule, the same
+    return (~uniform).repeat_interleave(num_generations)  # (B,)
 
 
 def _group_weights(labels, num_generations, score, class_weight, sample_weight, valid, uniform_groups="keep"):

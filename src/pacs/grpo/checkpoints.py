@@ -467,3 +467,17 @@ def finished_run(checkpoint: str | os.PathLike | None, args) -> str | None:
         f"The run is finished: {checkpoint} is at {where}. Nothing is trained and the final model in "
         f"{args.output_dir} is kept; pass a larger max_steps (or num_train_epochs) to train further."
     )
+
+
+def rotate_after_marker(run_dir: str, save_total_limit, best_model_checkpoint, legacy_rotate=None) -> None:
+    """transformers' checkpoint rotation, run after the completion marker (`HardenedGRPOTrainer._save_checkpoint`), so
+    that the newest complete checkpoint is never the one deleted; `legacy_rotate`: transformers < 5's trainer method."""
+    if legacy_rotate is not None:
+        legacy_rotate(use_mtime=True, output_dir=run_dir)
+        return
+    from transformers.trainer_utils import rotate_checkpoints
+
+    rotate_checkpoints(
+        output_dir=run_dir, save_total_limit=save_total_limit, best_model_checkpoint=best_model_checkpoint,
+        use_mtime=True,
+    )  # fmt: skip

@@ -180,8 +180,10 @@ def reward_keywords(reward_funcs: Callable | Sequence[Callable | str]) -> list[s
 
 def check_trainer_datasets(trainer_kwargs: Mapping[str, Any], reward_funcs, args) -> None:
     """[`check_train_dataset`] on every dataset a trainer is given (`train_dataset`, `eval_dataset`, either a dict of
-    datasets), named in the message as the user passed it, with the trainer's `rollout_func` and `environment_factory`.
+    datasets), named in the message as the user passed it, with the trainer's `rollout_func` and `environment_factory`;
+    and [`check_dynamic_sampling`] on the training set.
     """
+    check_dynamic_sampling(args, trainer_kwargs.get("train_dataset"), reward_funcs)
     for name in ("train_dataset", "eval_dataset"):
         data = trainer_kwargs.get(name)
         for key, dataset in data.items() if isinstance(data, dict) else [(None, data)]:

@@ -18,19 +18,43 @@ kept rows, gathered and re-sliced so that each process holds its share, as TRL's
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 
-__all__ = ["TopUpStream", "assemble_rows", "mixed_groups", "select_groups", "uniform_signal"]
+__all__ = [
+    "Round", "TopUpStream", "assemble_batch", "assemble_rows", "batch_metrics", "mixed_groups", "prompt_key",
+    "select_groups", "token_count", "uniform_signal",
+]  # fmt: skip
+
+STATE_FILE = "pacs_dynamic_sampling.json"
+"""The top-up stream's position in a checkpoint, written by the main process (`TopUpStream.save`)."""
 
 PROMPT_ALIGNED = frozenset({"prompt_ids", "prompt_mask"})
 """Row tensors padded on the left (TRL pads prompts left); every other `(B, T, ...)` row tensor is padded right."""
 
 TOPUP_SEED_OFFSET = 104_729
 """Added to `args.seed` for the top-up stream, so that it is not the Trainer sampler's permutation of the data."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One generation round of a dynamically sampled batch: which groups are uniform `(groups,)` bool, and how many
+    of its completions were scored out of how many (gathered: the same on every process)."""
+
+    uniform: torch.Tensor
+    scored: int
+    total: int
+
+
+def prompt_key(row: dict) -> str | object:
+    """What makes two rows one prompt (not drawn twice into one generation batch): its `prompt`; a row without one (an
+    `environment_factory` owns the data: `reset()` makes each rollout's prompt) equals no other row."""
+    return repr(row["prompt"]) if "prompt" in row else object()
 
 
 def uniform_signal(values: torch.Tensor, valid: torch.Tensor, num_generations: int) -> torch.Tensor:
@@ -51,7 +75,8 @@ def uniform_signal(values: torch.Tensor, valid: torch.Tensor, num_generations: i
     """
     if values.numel() % num_generations:
         raise ValueError(f"{values.numel()} rows do not split into groups of num_generations={num_generations}.")
-    v = values.view(-1, num_generations).float()  # (groups, G)
+    v = values.view(-1, num_generations)  # (groups, G), compared in its own dtype
+    v = v if v.is_floating_point() else v.double()
     ok = valid.view(-1, num_generations) & torch.isfinite(v)  # (groups, G)
     big = torch.finfo(v.dtype).max
     high = torch.where(ok, v, torch.full_like(v, -big)).amax(dim=1)  # (groups,)
@@ -147,6 +172,26 @@ class TopUpStream:
         used |= seen
         return picked
 
+    def topup(self, dataset, needed: int, G: int, process_index: int, n: int, used: set) -> list[dict] | None:
+        """This process's rows of a top-up round: `needed` fresh prompts, each `G` times in a row (TRL's sampler's
+        order), process `p` taking rows `p*n .. p*n+n-1`; `None` when the data has too few fresh prompts."""
+        drawn = self.draw(len(dataset), needed, lambda i: prompt_key(dataset[i]), used)
+        if drawn is None:
+            return None
+        rows = [i for i in drawn for _ in range(G)][process_index * n : (process_index + 1) * n]
+        return [dataset[i] for i in rows]
+
+    def save(self, folder: str) -> None:
+        with open(os.path.join(folder, STATE_FILE), "w") as f:
+            json.dump(self.state_dict(), f)
+
+    def load(self, checkpoint: str) -> None:
+        """Restores `save`'s state; a checkpoint without it (a run without dynamic sampling) leaves the stream at 0."""
+        path = os.path.join(checkpoint, STATE_FILE)
+        if os.path.isfile(path):
+            with open(path) as f:
+                self.load_state_dict(json.load(f))
+
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position, "generated_completions": self.generated_completions}
 
@@ -194,7 +239,7 @@ def assemble_rows(
         `dict`: the keys of `rounds[0]`, `n` rows each.
     """
     G, n = num_generations, next(iter(rounds[0].values())).size(0)
-    keys = list(rounds[0])
+    keys, device = list(rounds[0]), next(iter(rounds[0].values())).device
     for r, batch in enumerate(rounds):
         if list(batch) != keys or any(v.size(0) != n for v in batch.values()):
             raise ValueError(f"round {r}'s batch has keys {list(batch)} or row counts unlike round 0's {keys} x {n}.")
@@ -208,7 +253,7 @@ def assemble_rows(
                 sources.append((r, row % n))
     # 2. every row tensor padded to the widest over rounds and processes
     widths = torch.tensor([max(b[key].size(1) if b[key].dim() > 1 else 0 for b in rounds) for key in keys])
-    widths = gather(widths.to(rounds[0][keys[0]].device)).view(-1, len(keys)).amax(dim=0).tolist()
+    widths = gather(widths.to(device)).view(-1, len(keys)).amax(dim=0).tolist()
     local = {}
     for key, width in zip(keys, widths):
         parts = []
@@ -224,9 +269,7 @@ def assemble_rows(
     order = [i for r in range(len(rounds)) for i, (rr, _) in enumerate(sources) if rr == r]  # rows as concatenated
     position = torch.tensor([targets[i] for i in order], dtype=torch.long)
     # 3. gather the picked rows (padded to the same count on every process) and take this process's slice
-    counts = gather(torch.tensor([position.numel()], device=rounds[0][keys[0]].device))
-    most = int(counts.max())
-    device = rounds[0][keys[0]].device
+    most = int(gather(torch.tensor([position.numel()], device=device)).max())
     position = torch.cat([position, torch.full((most - position.numel(),), -1, dtype=torch.long)]).to(device)
     everywhere = gather(position)  # (W * most,)
     mine = ((everywhere >= process_index * n) & (everywhere < (process_index + 1) * n)).nonzero().flatten()
@@ -246,3 +289,42 @@ def assemble_rows(
         gathered = gathered.bool() if is_bool else gathered
         output[key] = gathered[mine]
     return output
+
+
+def assemble_batch(batches: list[dict], picks, G: int, process_index: int, gather, pad_id: int) -> dict:
+    """[`assemble_rows`] on TRL's batches (every per-row tensor; `num_items_in_batch`, the generation batch's loss
+    tokens over all processes, computed anew). Multimodal inputs (non-row values) are refused naming the key."""
+    rows = [{k: v for k, v in b.items() if k != "num_items_in_batch"} for b in batches]
+    n = batches[0]["prompt_ids"].size(0)
+    for key, value in rows[0].items():
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.size(0) != n:
+            raise ValueError(
+                f"dynamic_sampling cannot assemble the batch's {key!r} ({type(value).__name__}): only per-row "
+                "tensors can be filtered (multimodal inputs are not supported); turn dynamic_sampling off."
+            )
+    pads = {"prompt_ids": pad_id, "completion_ids": pad_id, "tool_mask": 1}
+    output = assemble_rows(rows, picks, G, process_index, gather, pads)
+    mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
+    output["num_items_in_batch"] = gather(mask.sum()).sum()
+    return output
+
+
+def token_count(output: dict, gather, max_completion_length: int) -> int:
+    """TRL's `num_input_tokens_seen` increment for a batch: its prompt and completion tokens over all processes (a
+    completion masked out by `mask_truncated_completions` ran to `max_completion_length`)."""
+    completion = output["completion_mask"].sum(dim=1)  # (n,)
+    completion = torch.where(completion > 0, completion, max_completion_length)
+    return int(gather(output["prompt_mask"].sum() + completion.sum()).sum())
+
+
+def batch_metrics(rounds: Sequence[Round], needed: int, fallback: int) -> dict[str, float]:
+    """A generation batch's `pacs/ds/*` metrics: its rounds, the groups they generated and how many differed, the
+    fallback's uniform groups, completions generated per completion trained."""
+    generated = len(rounds) * needed
+    return {
+        "pacs/ds/rounds": len(rounds),
+        "pacs/ds/groups_generated": generated,
+        "pacs/ds/mixed_groups_generated": sum(int((~r.uniform).sum()) for r in rounds),
+        "pacs/ds/fallback_groups": fallback,
+        "pacs/ds/generated_per_trained": generated / needed,
+    }

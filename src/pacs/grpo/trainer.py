@@ -3,21 +3,15 @@
 Nothing here is PACS: a GRPO run gets all of it (`pacs train --algorithm grpo`), and each piece could go to TRL as it
 is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
 
-- **Checks before work** (`pacs.grpo.checks`): the model path, the config class, every dataset against the reward
-  functions' signatures, and the evaluation batch, before the model loads or anything is generated.
-- **Guards while it runs** (`pacs.grpo.guards`): every reward function's output (one finite number or `None` per
-  completion), generation batches without a single reward (a warning, then a stop), and optimizer steps whose gradient
-  norm is not finite (skipped, counted in `pacs/skipped_steps`, `pacs_max_skipped_steps` in a row stop the run).
-- **Crash-safe, exact checkpoints** (`pacs.grpo.checkpoints`): fsynced files and a completion marker, resume from the
-  newest complete checkpoint, mid-generation resume with the buffered rollout, no training past a finished run (the
-  resume decision, `pacs.grpo.resume.resume_decision`, made once and read by `train` and `save_model`).
-- **vLLM** (`pacs.grpo.vllm_sync`): the LoRA push without drift of the frozen base weights, and the sampling-gap
-  monitor that warns on stale vLLM weights; `pacs/is_masked_frac` and `pacs/is_ratio_mean` with vLLM's
-  importance-sampling correction.
-- **Mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
-- **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): training generation batches of groups
-  whose rewards differ, topped up with rounds of fresh prompts, for GRPO and any subclass alike.
-- `_per_token_logps` / `_logps_without_grad`: a batch's log-probs, as GRPOTrainer computes them.
+- **Checks before work** (`pacs.grpo.checks`): model path, config class, datasets against the reward functions'
+  signatures, evaluation batch. **Guards while it runs** (`pacs.grpo.guards`): reward outputs, batches without a
+  reward, non-finite gradient norms (skipped and counted; `pacs_max_skipped_steps` in a row stop the run).
+- **Crash-safe, exact checkpoints** (`pacs.grpo.checkpoints`): fsynced files and a completion marker, mid-generation
+  resume with the buffered rollout, no training past a finished run (`pacs.grpo.resume.resume_decision`, made once).
+- **vLLM** (`pacs.grpo.vllm_sync`): the drift-free LoRA push, the stale-weights monitor, `pacs/is_*` metrics;
+  **mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
+- **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): generation batches of groups whose rewards
+  differ, topped up with rounds of fresh prompts; `_per_token_logps` / `_logps_without_grad`: a batch's log-probs.
 
 Each TRL method below is overridden here and nowhere else (`pacs._compat.check_trl` checks at import that TRL still
 has them). A subclass extends the named points instead; each receives what it acts on and returns what it adds, and
@@ -52,8 +46,6 @@ micro-batch) is read in one place: `_generate_every`, `_mid_generation`, `_optim
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -64,27 +56,22 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
 from .._compat import check_trl, no_router_logits, only_tied_keys_missing
+from . import dynamic_sampling as ds
 from .checkpoints import (
     COMPLETE_MARKER,
     ROLLOUT_DIR,
     TRAINER_STATE,
     load_rollout,
     missing_rank_files,
+    rotate_after_marker,
     run_identity,
     save_rollout,
     sync_checkpoint_files,
     sync_own_files,
     write_complete_marker,
 )
-from .checks import (
-    check_dynamic_sampling,
-    check_eval_batch,
-    check_model_path,
-    check_trainer_args,
-    check_trainer_datasets,
-)
+from .checks import check_eval_batch, check_model_path, check_trainer_args, check_trainer_datasets
 from .config import HardenedGRPOConfig
-from .dynamic_sampling import TopUpStream, assemble_rows, select_groups, uniform_signal
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .metrics import group_outcome_shares
 from .resume import Resume, resume_decision
@@ -96,25 +83,6 @@ check_trl()
 logger = logging.getLogger(__name__)
 
 __all__ = ["HardenedGRPOTrainer", "first_step_of_generation"]
-
-DYNAMIC_SAMPLING_STATE = "pacs_dynamic_sampling.json"
-"""The top-up stream's position in a checkpoint (`dynamic_sampling`), written by the main process."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Round:
-    """One generation round of a dynamically sampled batch: which groups are uniform `(groups,)` bool, and how many
-    of its completions were scored out of how many (gathered: the same on every process)."""
-
-    uniform: torch.Tensor
-    scored: int
-    total: int
-
-
-def _prompt_key(row: dict) -> str | object:
-    # one prompt, whatever row it comes in, is not drawn twice into one generation batch; a row without a prompt (an
-    # `environment_factory` owns the data: `reset()` makes each rollout's prompt) equals no other row
-    return repr(row["prompt"]) if "prompt" in row else object()
 
 
 def first_step_of_generation(micro_batch: int, accumulation: int, steps_per_generation: int, iterations: int) -> bool:
@@ -156,7 +124,6 @@ class HardenedGRPOTrainer(GRPOTrainer):
             check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
         args = check_trainer_args(model, args, self._config_class, type(self).__name__, self._name)
         check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
-        check_dynamic_sampling(args, kwargs.get("train_dataset"), reward_funcs)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
@@ -166,8 +133,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._final_weights_loaded = False  # the run was finished, and `train` loaded its weights into the model
         self._batch_mode: str | None = None  # the mode of the generation batch being made
         self._batch_columns: dict[str, torch.Tensor] = {}  # `_after_rewards`' columns, until the batch is assembled
-        self._rounds: list[Round] | None = None  # dynamic sampling: the rounds of the batch being made
-        self._topup = TopUpStream(seed=args.seed)  # dynamic sampling: where top-up prompts come from
+        self._rounds: list[ds.Round] | None = None  # dynamic sampling: the rounds of the batch being made
+        self._topup = ds.TopUpStream(seed=args.seed)  # dynamic sampling: where top-up prompts come from
         # the run identity its checkpoints record (`pacs.grpo.checkpoints.run_identity`): the model as it was given
         self._model_id = model if isinstance(model, str) else getattr(self.model.config, "_name_or_path", "")
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
@@ -242,7 +209,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._batch_columns = self._after_rewards(rewards_per_func, scorable, mode)
         if rounds is not None:  # what decides "uniform" (`dynamic_sampling_metric`), gathered: every process agrees
             values, valid = self._sampling_signal(rewards_per_func, scorable, self._batch_columns)
-            rounds.append(Round(uniform_signal(values, valid, G), int(scorable.sum()), scorable.numel()))
+            rounds.append(ds.Round(ds.uniform_signal(values, valid, G), int(scorable.sum()), scorable.numel()))
         return rewards_per_func
 
     def _sampling_signal(self, rewards_per_func, scorable, columns) -> tuple[torch.Tensor, torch.Tensor]:
@@ -306,31 +273,28 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._rounds = rounds = []
         batches = [self._generate_round(inputs)]
         used = None  # the prompts of this generation batch (keys), gathered from every process on the first top-up
-        dataset = self.train_dataset
         while sum(int((~r.uniform).sum()) for r in rounds) < needed and len(rounds) < args.dynamic_sampling_max_rounds:
             if used is None:
-                used = set(gather_object([_prompt_key(row) for row in inputs]))
-            drawn = self._topup.draw(len(dataset), needed, lambda i: _prompt_key(dataset[i]), used)
-            if drawn is None:  # fewer fresh prompts in the data than a round needs: the fallback fills the batch
+                used = set(gather_object([ds.prompt_key(row) for row in inputs]))
+            topup = self._topup.topup(self.train_dataset, needed, G, p, n, used)
+            if topup is None:  # fewer fresh prompts in the data than a round needs: the fallback fills the batch
                 if accelerator.is_main_process:
                     logger.warning(
                         "Dynamic sampling: the training set has fewer than %d prompts not yet in this generation "
                         "batch, so no further round is generated.", needed,
                     )  # fmt: skip
                 break
-            rows = [i for i in drawn for _ in range(G)][p * n : (p + 1) * n]  # each prompt G times, TRL's slice
-            batches.append(self._generate_round([dataset[i] for i in rows]))
-        uniform = [r.uniform for r in rounds]
-        picks, fallback = select_groups([~u for u in uniform], needed)
-        scored, total = sum(r.scored for r in rounds), sum(r.total for r in rounds)
-        self._unlabeled_batches.update(scored, total, "train")  # once per generation batch, over its rounds
-        generated = len(rounds) * needed
-        self._topup.generated_completions += generated * G
+            batches.append(self._generate_round(topup))
+        picks, fallback = ds.select_groups([~r.uniform for r in rounds], needed)
+        self._unlabeled_batches.update(sum(r.scored for r in rounds), sum(r.total for r in rounds), "train")
+        self._topup.generated_completions += len(rounds) * needed * G
         if picks == [(0, g) for g in range(needed)]:
             output = batches[0]  # every group of the first round differs: the batch as TRL made it
         else:
-            output = self._assemble(batches, picks)
-            self.state.num_input_tokens_seen = seen_tokens + self._token_count(output)
+            pad_id = self._tokenizer.pad_token_id
+            output = ds.assemble_batch(batches, picks, G, p, accelerator.gather, pad_id)
+            tokens = ds.token_count(output, accelerator.gather, args.max_completion_length)
+            self.state.num_input_tokens_seen = seen_tokens + tokens  # TRL counted every round's
             self._metrics["train"]["num_tokens"] = [self.state.num_input_tokens_seen]
         if fallback and accelerator.is_main_process:
             logger.warning(
@@ -338,44 +302,9 @@ class HardenedGRPOTrainer(GRPOTrainer):
                 "group(s) fill the batch (pacs/ds/fallback_groups). Raise dynamic_sampling_max_rounds, use easier "
                 "prompts or a larger num_generations.", len(rounds), needed - fallback, needed, fallback,
             )  # fmt: skip
-        self._record(
-            "train",
-            {
-                "pacs/ds/rounds": len(rounds),
-                "pacs/ds/groups_generated": generated,
-                "pacs/ds/mixed_groups_generated": sum(int((~u).sum()) for u in uniform),
-                "pacs/ds/fallback_groups": fallback,
-                "pacs/ds/generated_per_trained": generated / needed,
-            },
-        )
+        self._record("train", ds.batch_metrics(rounds, needed, fallback))
         self._metrics["train"]["pacs/ds/generated_completions"] = [self._topup.generated_completions]
         return output
-
-    def _assemble(self, batches: list[dict], picks: list[tuple[int, int]]) -> dict:
-        # every row tensor through `assemble_rows`; `num_items_in_batch` (the generation batch's loss tokens) anew
-        rows = [{k: v for k, v in b.items() if k != "num_items_in_batch"} for b in batches]
-        n = batches[0]["prompt_ids"].size(0)
-        for key, value in rows[0].items():
-            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.size(0) != n:
-                raise ValueError(
-                    f"dynamic_sampling cannot assemble the batch's {key!r} ({type(value).__name__}): only per-row "
-                    "tensors can be filtered (multimodal inputs are not supported); turn dynamic_sampling off."
-                )
-        pad_id = self._tokenizer.pad_token_id
-        output = assemble_rows(
-            rows, picks, self.num_generations, self.accelerator.process_index, self.accelerator.gather,
-            {"prompt_ids": pad_id, "completion_ids": pad_id, "tool_mask": 1},
-        )  # fmt: skip
-        mask = output["completion_mask"] * output["tool_mask"] if "tool_mask" in output else output["completion_mask"]
-        output["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        return output
-
-    def _token_count(self, output: dict) -> int:
-        # TRL's `num_input_tokens_seen` increment for a batch: prompt and completion tokens over all processes (a
-        # completion masked out by mask_truncated_completions ran to max_completion_length)
-        completion = output["completion_mask"].sum(dim=1)  # (n,)
-        completion = torch.where(completion > 0, completion, self.args.max_completion_length)
-        return int(self.accelerator.gather(output["prompt_mask"].sum() + completion.sum()).sum())
 
     # checkpoints (`pacs.grpo.checkpoints`) ---------------------------------------------------------------------------
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None, **kwargs):
@@ -475,8 +404,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
             self.args.save_total_limit = limit
         self._save_extra_state(folder)
         if self.args.dynamic_sampling and self.args.should_save:  # the same on every process: one file
-            with open(os.path.join(folder, DYNAMIC_SAMPLING_STATE), "w") as f:
-                json.dump(self._topup.state_dict(), f)
+            self._topup.save(folder)
         sync_own_files(folder)  # each process (each machine) flushes what it wrote before anyone vouches for it
         self.accelerator.wait_for_everyone()
         if self.args.should_save:  # every process has closed its files: sync them, then the marker with their sizes
@@ -492,20 +420,11 @@ class HardenedGRPOTrainer(GRPOTrainer):
                 folder, files=sync_checkpoint_files(folder), global_step=self.state.global_step, world_size=W,
                 rollout=mid_generation, run=run_identity(self._model_id, W, self.args),
             )  # fmt: skip
-            self._rotate_after_marker(run_dir)
+            rotate_after_marker(
+                run_dir, self.args.save_total_limit, self.state.best_model_checkpoint,
+                getattr(self, "_rotate_checkpoints", None),
+            )  # fmt: skip
         self.accelerator.wait_for_everyone()  # no process trains on before the checkpoint is complete
-
-    def _rotate_after_marker(self, run_dir: str) -> None:
-        # transformers' rotation, run after the completion marker (see `_save_checkpoint`)
-        if hasattr(self, "_rotate_checkpoints"):  # transformers < 5
-            self._rotate_checkpoints(use_mtime=True, output_dir=run_dir)
-            return
-        from transformers.trainer_utils import rotate_checkpoints
-
-        rotate_checkpoints(
-            output_dir=run_dir, save_total_limit=self.args.save_total_limit,
-            best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True,
-        )  # fmt: skip
 
     def _issue_warnings_after_load(self, load_result):
         # a tied `lm_head.weight` that the checkpoint stores once is not missing: tie it, no warning (`pacs._compat`)
@@ -520,10 +439,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
         if checkpoint is None:
             return
         self._load_extra_state(checkpoint)
-        state = os.path.join(checkpoint, DYNAMIC_SAMPLING_STATE)
-        if self.args.dynamic_sampling and os.path.isfile(state):  # else a checkpoint of a run without it: from 0
-            with open(state) as f:
-                self._topup.load_state_dict(json.load(f))
+        if self.args.dynamic_sampling:
+            self._topup.load(checkpoint)
         rollout = load_rollout(
             checkpoint, self.accelerator.process_index, self.accelerator.num_processes, self.accelerator.device
         )
