@@ -311,6 +311,7 @@ def test_committed_reports_render_from_their_json_without_the_withdrawn_columns(
         ("dynamic_sampling/ds_cost", "ds_cost.md", ["ds_cost.json"], []),
         ("step_cost/step_cost", "step_cost.md", ["step_cost.json"], []),
         ("step_cost/step_cost", "ab_backward.md", ["ab_backward.json"], ["--ab"]),
+        ("filtering/filtering", "filtering.md", ["filtering.json"], []),
         ("sparsity/sparsity", "sparsity.md", ["sparsity.json"], []),
     ],
 )
