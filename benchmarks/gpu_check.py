@@ -25,7 +25,7 @@ are "ok". Models are randomly initialised from Qwen3 configs written here (real 
 4. zero3: one process under `accelerate launch` with DeepSpeed ZeRO-3 (Qwen3-0.6B's shape, bf16): initialises, trains
    2 optimizer steps, saves checkpoint-2, and `from_pretrained` of it equals the gathered trained weights.
 6. dynamic_sampling: Qwen3-0.6B's shape, groups of 8, 128-token completions generated for real (EOS suppressed), GRPO
-   through pacs's layer (HardenedGRPOTrainer), 3 generation batches of 2 groups: with `dynamic_sampling` off and on,
+   through pacs's layer (the `hardened_grpo` family), 3 generation batches of 2 groups: with `dynamic_sampling` off and on,
    on a reward that leaves two thirds of the groups all wrong (`sparse_parity_reward`) and on one that never makes a
    uniform group (`alternating_reward`). Per run: rounds and completions generated per completion trained per generation
    batch, and the median time of a generation batch (its optimizer steps, generation included) after the first; the
@@ -58,7 +58,6 @@ from pathlib import Path
 from _common import machine_info  # also sets the offline environment variables
 from _gpu_check import (
     all_finite,
-    alternating_reward,
     build_model,
     cuda,
     dataset,
@@ -66,9 +65,9 @@ from _gpu_check import (
     free,
     make_trainer,
     markdown,
-    multiple_of_4_reward,
     parity_reward,
-    sparse_parity_reward,
+    section_dynamic_sampling,  # noqa: F401  (run by name: `section_<name>`)
+    section_learning_sanity,  # noqa: F401
     spread,
     train_run,
     trainer_config,
@@ -272,122 +271,6 @@ def zero3_worker(out: str, rehearse: bool) -> None:
               "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e],
               "moved_fraction": moved / sum(p.numel() for p in trained.values())}  # fmt: skip
     Path(out).write_text(json.dumps(record))
-
-
-def section_learning_sanity(s, tmp, deadline):
-    import torch
-
-    from pacs.testing import build_tiny_tokenizer
-
-    tokenizer, result = build_tiny_tokenizer(), {}
-    for name, dtype in (("float32_weights", torch.float32), ("bfloat16_weights", torch.bfloat16)):
-        args = trainer_config("pacs", f"{tmp}/lr-{name}", per_device_train_batch_size=4, num_generations=4,
-                              steps_per_generation=2, max_steps=4, max_completion_length=64)  # fmt: skip
-        model = build_model(s["small"], tokenizer, dtype=dtype)
-        before = {n: p.detach().clone() for n, p in model.named_parameters() if ".layers." in n and p.dim() == 2}
-        trainer = make_trainer("pacs", model, tokenizer, args, parity_reward, {}, synthetic=64)
-        trainer.train()
-        changed = sum((p.detach() != before[n]).sum().item() for n, p in model.named_parameters() if n in before)
-        step = torch.cat([(p.detach().float() - before[n].float()).abs().flatten()
-                          for n, p in model.named_parameters() if n in before])  # fmt: skip
-        result[name] = {
-            "changed_fraction": changed / step.numel(),
-            "median_abs_change_over_4_lr": step.median().item() / 4e-6,
-        }
-        del trainer, model, before, step
-        free()
-    args = trainer_config("pacs", f"{tmp}/learn", per_device_train_batch_size=8, num_generations=8,
-                          steps_per_generation=2, max_steps=24, max_completion_length=8,
-                          learning_rate=3e-2)  # fmt: skip
-    model = build_model("tiny", tokenizer)
-    trainer = make_trainer("pacs", model, tokenizer, args, multiple_of_4_reward, None)  # a real generation each time
-    trainer.train()
-    rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]  # one per generation
-    result["learnable_task"] = {"reward_first_quarter": statistics.mean(rewards[: len(rewards) // 4]),
-                                "reward_last_quarter": statistics.mean(rewards[-(len(rewards) // 4) :]),
-                                "rewards": rewards,
-                                "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e]}  # fmt: skip
-    del trainer, model
-    free()
-    fp32, bf16, task = result["float32_weights"], result["bfloat16_weights"], result["learnable_task"]
-    problems = (
-        [] if fp32["changed_fraction"] > 0.9 else [f"float32 weights: only {fp32['changed_fraction']:.1%} moved"]
-    )
-    problems += (
-        []
-        if bf16["changed_fraction"] < 0.2
-        else [f"bfloat16 weights: {bf16['changed_fraction']:.1%} moved (expected few)"]
-    )
-    if not task["reward_last_quarter"] > task["reward_first_quarter"] + 0.2:
-        first, last = task["reward_first_quarter"], task["reward_last_quarter"]
-        problems.append(f"the learnable task's reward went {first:.2f} -> {last:.2f} (first -> last quarter)")
-    summary = (f"moved at lr 1e-6: float32 weights {fp32['changed_fraction']:.1%}, bfloat16 weights "
-               f"{bf16['changed_fraction']:.1%}; learnable reward {task['reward_first_quarter']:.2f} -> "
-               f"{task['reward_last_quarter']:.2f}")  # fmt: skip
-    return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}
-
-
-def section_dynamic_sampling(s, tmp, deadline):
-    import torch
-
-    from pacs.grpo.dynamic_sampling import uniform_signal
-    from pacs.testing import build_tiny_tokenizer
-
-    tokenizer, runs, G, L = build_tiny_tokenizer(), {}, s["group"], s["ds_completion"]
-    cases = {"off": (sparse_parity_reward, False), "on": (sparse_parity_reward, True),
-             "off_never_uniform": (alternating_reward, False), "on_never_uniform": (alternating_reward, True)}  # fmt: skip
-    for name, (reward, on) in cases.items():
-        # 2 groups per generation batch, 2 optimizer steps each, 3 generation batches; real generation every round
-        args = trainer_config("hardened_grpo", f"{tmp}/{name}", per_device_train_batch_size=G, num_generations=G,
-                              steps_per_generation=2, max_steps=6, max_completion_length=L, dynamic_sampling=on,
-                              generation_kwargs={"min_new_tokens": L})  # fmt: skip
-        model = build_model(s["small"], tokenizer)
-        trainer = make_trainer("hardened_grpo", model, tokenizer, args, reward, None)
-        trained, after_monitors = [], trainer._after_monitors
-
-        def record(output, mode, after_monitors=after_monitors, trained=trained, reward=reward):
-            output = after_monitors(output, mode)
-            if mode == "train":  # the assembled batch's rewards, recomputed from its own tokens
-                prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
-                ids = [
-                    row[mask.bool()].tolist() for row, mask in zip(output["completion_ids"], output["completion_mask"])
-                ]
-                values = torch.tensor(reward(prompts=prompts, completion_ids=ids))
-                trained.append(int(uniform_signal(values, torch.ones_like(values, dtype=torch.bool), G).sum()))
-            return output
-
-        trainer._after_monitors = record
-        run = train_run(trainer)
-        logs = [e for e in trainer.state.log_history if "loss" in e]
-        ds = {k.removeprefix("pacs/ds/"): [e[k] for e in logs if k in e] for k in {k for e in logs for k in e}
-              if k.startswith("pacs/ds/")}  # fmt: skip
-        batch_s = [sum(run["step_s"][i : i + 2]) for i in range(0, len(run["step_s"]), 2)]  # per generation batch
-        runs[name] = {**run, "ds": ds, "uniform_trained": trained, "batch_s": batch_s,
-                      "batch_s_after_first": statistics.median(batch_s[1:])}  # fmt: skip
-        del trainer, model
-        free()
-    on, off, on_all, off_all = runs["on"], runs["off"], runs["on_never_uniform"], runs["off_never_uniform"]
-    problems = [f"{k}: non-finite loss" for k, r in runs.items() if not all_finite(r["losses"])]
-    problems += [
-        f"{k}: logs pacs/ds/* with dynamic sampling off" for k in ("off", "off_never_uniform") if runs[k]["ds"]
-    ]
-    if not on["ds"].get("rounds") or max(on["ds"]["rounds"]) <= 1:
-        problems.append(f"the sparse reward needed no top-up round: rounds {on['ds'].get('rounds')}")
-    if on["uniform_trained"] != on["ds"].get("fallback_groups"):  # both once per generation batch
-        problems.append(f"uniform groups trained {on['uniform_trained']}, fallback {on['ds'].get('fallback_groups')}")
-    if set(on_all["ds"].get("rounds", [])) != {1}:
-        problems.append(f"the never-uniform reward took rounds {on_all['ds'].get('rounds')}")
-    result = {
-        "runs": runs,
-        "rounds": on["ds"].get("rounds"),
-        "generated_per_trained": on["ds"].get("generated_per_trained"),
-        "on/off batch time (sparse)": on["batch_s_after_first"] / off["batch_s_after_first"],
-        "on/off batch time (never uniform)": on_all["batch_s_after_first"] / off_all["batch_s_after_first"],
-    }
-    summary = (f"sparse reward: rounds {result['rounds']}, generated/trained {result['generated_per_trained']}, "
-               f"generation batch time on/off {result['on/off batch time (sparse)']:.2f}; never uniform: on/off "
-               f"{result['on/off batch time (never uniform)']:.3f}")  # fmt: skip
-    return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}
 
 
 def verify(path: str) -> list[str]:
