@@ -225,10 +225,7 @@ def main(argv=None) -> dict:
     p.add_argument("--only", nargs=4, metavar=("ARM", "BETA", "LR", "SEED"), help="one run, printed as JSON")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=100, help="--smoke's unpinned SFT")
-    args, rest = p.parse_known_args(argv)
-    largs = learning.parse_args(rest + (["--smoke"] if args.smoke else []))
-    for k, v in vars(args).items():
-        setattr(largs, k, v)
+    largs, args = learning.parse_study_args(p, argv)
     if args.smoke:
         largs.seeds, largs.betas, largs.lrs, largs.baseline_lrs, largs.sft_max_steps = [0], [1.0], [1e-4], [1e-4], 25
         largs.extend, largs.rewarmup = 0, 1

@@ -297,10 +297,7 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--report-only", dest="report_only", action="store_true")
     p.add_argument("--smoke", action="store_true")
-    args, rest = p.parse_known_args(argv)
-    largs = learning.parse_args(rest + (["--smoke"] if args.smoke else []))
-    for k, v in vars(args).items():
-        setattr(largs, k, v)
+    largs, args = learning.parse_study_args(p, argv)
     if args.smoke:
         largs.pairs, largs.overhead_steps, largs.steps, largs.max_rounds, largs.seeds = 1, 2, 2, 2, [0]
         largs.jobs = 0

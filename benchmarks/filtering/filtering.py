@@ -260,10 +260,7 @@ def main(argv=None) -> dict:
     p.add_argument("--collect", action="store_true")
     p.add_argument("--report-only", dest="report_only", action="store_true")
     p.add_argument("--smoke", action="store_true")
-    args, rest = p.parse_known_args(argv)
-    largs = learning.parse_args(rest + (["--smoke"] if args.smoke else []))
-    for k, v in vars(args).items():
-        setattr(largs, k, v)
+    largs, args = learning.parse_study_args(p, argv)
     largs.rewarmup, largs.sft_max_steps = 0, 25
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
     largs.pacs_git = git.stdout.strip() or None

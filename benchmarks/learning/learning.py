@@ -233,6 +233,16 @@ def parse_args(argv):
     return args
 
 
+def parse_study_args(p: argparse.ArgumentParser, argv) -> tuple[argparse.Namespace, argparse.Namespace]:
+    """A study's own options (`p`, which has `--smoke`) and, from what is left, this script's task and RL options:
+    `(merged, own)`, where `merged` holds both (the study's value wins where both name an option)."""
+    args, rest = p.parse_known_args(argv)
+    merged = parse_args(rest + (["--smoke"] if args.smoke else []))
+    for k, v in vars(args).items():
+        setattr(merged, k, v)
+    return merged, args
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     out_dir, work_dir = Path(args.out_dir), Path(args.work_dir)

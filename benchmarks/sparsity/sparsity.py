@@ -206,10 +206,7 @@ def main(argv=None) -> dict:
     p.add_argument("--report-only", dest="report_only", action="store_true")
     p.add_argument("--only", nargs=5, metavar=("WARM_START", "ARM", "BETA", "LR", "SEED"), help="one run, as JSON")
     p.add_argument("--smoke", action="store_true")
-    args, rest = p.parse_known_args(argv)
-    largs = learning.parse_args(rest + (["--smoke"] if args.smoke else []))
-    for k, v in vars(args).items():
-        setattr(largs, k, v)
+    largs, args = learning.parse_study_args(p, argv)
     largs.rewarmup, largs.sft_max_steps = 0, 25
     if args.smoke:
         largs.seeds, largs.stability_seeds, largs.betas, largs.lrs, largs.baseline_lrs = (
