@@ -19,14 +19,12 @@ import pytest
 import torch
 from datasets import Dataset
 
-from pacs.grpo import HardenedGRPOConfig
+from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
 from pacs.grpo.dynamic_sampling import uniform_signal
 from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
 
 
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
-sys.path.insert(0, str(Path(__file__).parent))
-from test_dynamic_sampling import RecordingGRPO as Recording  # noqa: E402  (the batch as assembled)
 from train_resume import resume_runs  # noqa: E402
 
 
@@ -47,6 +45,17 @@ def grpo_config(output_dir, **overrides) -> HardenedGRPOConfig:
         report_to="none", seed=0, dynamic_sampling=True, steps_per_generation=1,
     )  # fmt: skip
     return HardenedGRPOConfig(**{**base, **overrides})
+
+
+class Recording(HardenedGRPOTrainer):
+    """Records each training generation batch as assembled (after the monitors)."""
+
+    def _after_monitors(self, output, mode):
+        output = super()._after_monitors(output, mode)
+        if mode == "train":
+            self.batches = getattr(self, "batches", [])
+            self.batches.append({k: v.clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
+        return output
 
 
 def _ds_logs(trainer) -> list[dict]:
