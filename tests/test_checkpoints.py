@@ -196,6 +196,59 @@ def test_resume_without_the_saved_rollout_regenerates_and_differs(tiny_model_dir
     assert run["relative_difference"] > 1e-3
 
 
+def _check_later_epochs(record: dict, resume_steps: list[int], epochs: float):
+    """Each resumed run draws the uninterrupted run's prompts at every generation after its checkpoint, logs what it
+    logged and ends at its parameters."""
+    assert record["epoch"] >= epochs  # the run went through that many epochs
+    drawn = {int(step): prompts for step, prompts in record["prompts_at"].items()}
+    assert len({tuple(p) for p in drawn.values()}) > 1
+    for k in resume_steps:
+        run = record["resumed"][k] if k in record["resumed"] else record["resumed"][str(k)]
+        assert {int(s): p for s, p in run["prompts_at"].items()} == {s: p for s, p in drawn.items() if s >= k}, k
+        assert run["relative_difference"] <= TOLERANCE, (k, run["relative_difference"])
+        expected = [e for e in record["logged"] if e["step"] > k]
+        assert len(run["logged"]) == len(expected) > 0, k
+        for got, want in zip(run["logged"], expected, strict=True):
+            assert got.keys() == want.keys(), k
+            if "train_loss" in want:  # transformers' summary: the mean loss of this `train()` call's steps only
+                got, want = {**got, "train_loss": None}, {**want, "train_loss": None}
+            assert got == pytest.approx(want, rel=1e-5, abs=1e-7), (k, got, want)
+
+
+# 4 prompts, one group of 4 per optimizer step, a generation every 2: an epoch is 4 optimizer steps, 12 steps are 3
+# epochs; 5 and 9 resume inside epochs 2 and 3 (in the middle of a generation batch), 8 at the start of epoch 3. Seed 0:
+# its three epochs pair the 4 prompts differently ({0,1}{2,3}, {0,2}{1,3}, {2,3}{0,1}), so a wrong epoch shows
+EPOCHS_RUN, EPOCHS_RESUMED = (4, 1, 2, 1, 12), [5, 8, 9]
+
+
+def test_resume_in_a_later_epoch_draws_that_epochs_prompts(tiny_model_dir, tmp_path):
+    record = resume_runs(tiny_model_dir, str(tmp_path), EPOCHS_RUN, EPOCHS_RESUMED, prompts=4, seed=0)
+    _check_later_epochs(record, EPOCHS_RESUMED, 3)
+
+
+def test_resume_in_a_later_epoch_with_dynamic_sampling(tiny_model_dir, tmp_path):
+    # 6 prompts of which every third can be solved: top-up rounds; an epoch is 6 optimizer steps, 14 steps reach epoch 3
+    overrides = {"dynamic_sampling": True, "max_completion_length": 6, "seed": 0}
+    record = resume_runs(tiny_model_dir, str(tmp_path), (4, 1, 2, 1, 14), [9, 13], prompts=6, **overrides)
+    assert max(record["ds_rounds"]) > 1
+    _check_later_epochs(record, [9, 13], 2)
+
+
+def test_trls_sampler_redraws_the_first_epoch_after_a_resume(tiny_model_dir, tmp_path, monkeypatch):
+    # What `pacs.grpo.sampler` buys: with TRL's sampler, a run resumed in epoch 2 draws epoch 0's order again and ends
+    # elsewhere. This also shows that the epoch tests above can fail.
+    from trl.trainer.utils import RepeatSampler
+
+    from pacs.grpo.sampler import EpochRepeatSampler
+
+    monkeypatch.setattr(EpochRepeatSampler, "__iter__", RepeatSampler.__iter__)  # TRL's: one generator, drawn on
+    record = resume_runs(tiny_model_dir, str(tmp_path), (4, 1, 2, 1, 8), [5], prompts=4, seed=0)
+    run = record["resumed"][5]
+    assert run["prompts_at"][6] != record["prompts_at"][6]
+    assert run["prompts_at"][6] == record["prompts_at"][2]  # epoch 0's second generation, again
+    assert run["relative_difference"] > 1e-3
+
+
 def parity_reward(completions, **kwargs):
     return [float(len(c) % 2) for c in completions]
 
@@ -453,3 +506,20 @@ def test_resume_under_deepspeed_zero3(tiny_model_dir, tmp_path):
     launcher = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml")]
     (record,) = _launch_resume(tmp_path, launcher, tiny_model_dir, 4, 1, 4, 1, 3, 1)
     _check_resumed(record, 1, 4)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("dynamic_sampling", [False, True], ids=["plain", "dynamic_sampling"])
+def test_resume_in_later_epochs_on_two_processes(tiny_model_dir, tmp_path, dynamic_sampling):
+    # 2 processes x 2 rows x 2 accumulation steps, a generation every 2 optimizer steps (4 prompts, groups spanning the
+    # processes); 8 prompts: an epoch is 4 optimizer steps. 5 and 9 resume in the middle of a generation batch inside
+    # epochs 2 and 3: transformers' `set_epoch` does not reach the sampler there (accelerate's skip wrapper over its
+    # shard wrapper), the layer's `_init_training_state` does
+    launcher = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    extra = ["--prompts", 8, *(["--dynamic-sampling"] if dynamic_sampling else [])]
+    records = _launch_resume(tmp_path, launcher, tiny_model_dir, 2, 2, 4, 1, 12, 5, 9, *extra)
+    assert [r["rank"] for r in records] == [0, 1]
+    for record in records:
+        _check_later_epochs(record, [5, 9], 3)
+    if dynamic_sampling:
+        assert max(records[0]["ds_rounds"]) > 1

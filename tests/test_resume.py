@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FAULTS = Path(__file__).resolve().parent / "faults"  # the kill hook's `sitecustomize`: first on a launch's PYTHONPATH
 DOCS = ROOT / "docs" / "recipes.md"
 ARGS = types.SimpleNamespace(
-    per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4, steps_per_generation=2
+    per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4, steps_per_generation=2, seed=42
 )
 STEPS, SAVE_STEPS = 12, 2
 TIMING_KEYS = ("step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second")
@@ -88,6 +88,7 @@ def test_an_elastic_restart_resumes_whatever_the_recipe_says(tmp_path, monkeypat
         ("checkpoint-4", 4, {}, "was saved by 2 processes and this launch has 4"),
         ("true", 2, {"num_generations": 8}, r"another run's checkpoint \(num_generations 8 there, 4 here\)"),
         ("auto", 2, {"model": "/models/other"}, "another run's checkpoint .*model /models/other there"),
+        ("auto", 2, {"seed": 7}, r"another run's checkpoint \(seed 7 there, 42 here\)"),
         ("checkpoint-8", 2, {}, "checkpoint-8 does not exist .*newest complete one in .* is .*checkpoint-4"),
         (
             None,
@@ -151,7 +152,7 @@ def test_the_launching_process_decides_once_and_takes_no_lock(tmp_path, monkeypa
     launched = []
     monkeypatch.setattr(pacs.train, "launch", launched.append)  # what would start the workers: recorded, not run
     out = tmp_path / "run"
-    _checkpoint(out, 4)
+    _checkpoint(out, 4, seed=0)  # tiny_cpu's seed
     argv = ["--config", "tiny_cpu", "--model_name_or_path", "/models/tiny", "--output_dir", str(out),
             "--accelerate_config", "zero3", "--num_processes", "2", "--resume_from_checkpoint", "auto",
             "--max_steps", "8"]  # fmt: skip

@@ -143,6 +143,7 @@ each attempt a store of its own. Set the upper bound when a torch release fixes 
 
 _TRL_RANGE = (Version("1.15"), Version("2"))
 _OVERRIDDEN = (  # HardenedGRPOTrainer's: each in one class (tests/test_grpo_trainer.py)
+    "_get_train_sampler",
     "_calculate_rewards",
     "_generate_and_score_completions",
     "_generate_single_turn",

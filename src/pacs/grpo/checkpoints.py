@@ -87,8 +87,11 @@ RUN_IDENTITY_KEYS = (
     "gradient_accumulation_steps",
     "num_generations",
     "steps_per_generation",
+    "seed",
 )
-"""What makes a checkpoint this run's: [`run_identity`]'s keys, recorded in the completion marker under `"run"`."""
+"""What makes a checkpoint this run's: [`run_identity`]'s keys, recorded in the completion marker under `"run"`. The seed
+is one: it orders every epoch's prompts (`pacs.grpo.sampler`), so a resume under another seed would train on other
+prompts than the run that saved the checkpoint. A marker written before a key existed matches on the others."""
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _FORMAT = 1
 
@@ -255,15 +258,15 @@ def run_identity(model_name_or_path: str, world_size: int, args) -> dict[str, An
         model_name_or_path (`str`): The model as given to the trainer: a hub id, or a local directory (compared by
             its real path, so that `./m` and `/abs/m` are one model).
         world_size (`int`): The number of processes of the launch (all machines together).
-        args (`GRPOConfig`): Its `per_device_train_batch_size`, `gradient_accumulation_steps`, `num_generations` and
-            `steps_per_generation` are read.
+        args (`GRPOConfig`): Its `per_device_train_batch_size`, `gradient_accumulation_steps`, `num_generations`,
+            `steps_per_generation` and `seed` are read.
 
     Returns:
         `dict`: one entry per [`RUN_IDENTITY_KEYS`], JSON-serialisable.
 
     >>> import types
     >>> args = types.SimpleNamespace(per_device_train_batch_size=4, gradient_accumulation_steps=1, num_generations=4,
-    ...                              steps_per_generation=2)
+    ...                              steps_per_generation=2, seed=42)
     >>> run_identity("Qwen/Qwen3-4B", 2, args)["world_size"]
     2
     """

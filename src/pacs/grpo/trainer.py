@@ -7,7 +7,8 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   signatures, evaluation batch. **Guards while it runs** (`pacs.grpo.guards`): reward outputs, batches without a
   reward, non-finite gradient norms (skipped and counted; `pacs_max_skipped_steps` in a row stop the run).
 - **Crash-safe, exact checkpoints** (`pacs.grpo.checkpoints`): fsynced files and a completion marker, mid-generation
-  resume with the buffered rollout, no training past a finished run (`pacs.grpo.resume.resume_decision`, made once).
+  resume with the buffered rollout, no training past a finished run (`pacs.grpo.resume.resume_decision`, made once),
+  TRL's prompt order in every epoch after a resume (`pacs.grpo.sampler`).
 - **vLLM** (`pacs.grpo.vllm_sync`): the drift-free LoRA push, the stale-weights monitor, `pacs/is_*` metrics;
   **mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
 - **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): generation batches of groups whose rewards
@@ -54,6 +55,7 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import RepeatSampler
 
 from .._compat import check_trl, no_router_logits, only_tied_keys_missing
 from . import dynamic_sampling as ds
@@ -75,6 +77,7 @@ from .config import HardenedGRPOConfig
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .metrics import group_outcome_shares
 from .resume import Resume, resume_decision
+from .sampler import EpochRepeatSampler
 from .terms import forward_inputs
 from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
 
@@ -135,6 +138,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._batch_columns: dict[str, torch.Tensor] = {}  # `_after_rewards`' columns, until the batch is assembled
         self._rounds: list[ds.Round] | None = None  # dynamic sampling: the rounds of the batch being made
         self._topup = ds.TopUpStream(seed=args.seed)  # dynamic sampling: where top-up prompts come from
+        self._train_sampler: EpochRepeatSampler | None = None  # TRL's order in every epoch (`pacs.grpo.sampler`)
         # the run identity its checkpoints record (`pacs.grpo.checkpoints.run_identity`): the model as it was given
         self._model_id = model if isinstance(model, str) else getattr(self.model.config, "_name_or_path", "")
         install_lora_push(self)  # LoRA weights to vLLM without the in-place merge that moves the base weights
@@ -186,6 +190,21 @@ class HardenedGRPOTrainer(GRPOTrainer):
         W, G = self.accelerator.num_processes, self.num_generations_eval
         check_eval_batch(self.args.per_device_eval_batch_size, W, G)  # TRL's eval advantages need whole groups
         return super().evaluate(*args, **kwargs)
+
+    def _get_train_sampler(self, dataset=None):
+        # TRL's sampler and order, drawn by epoch: a resume in epoch e draws epoch e's order (`pacs.grpo.sampler`)
+        sampler = super()._get_train_sampler(dataset)
+        if isinstance(sampler, RepeatSampler):
+            sampler = self._train_sampler = EpochRepeatSampler.from_sampler(sampler)
+        return sampler
+
+    def _init_training_state(self, *args, **kwargs):
+        # transformers' own count of the epochs a resumed checkpoint trained: the sampler starts there, however deeply
+        # accelerate wraps it (transformers' `set_epoch` misses it under a mid-epoch resume on several processes)
+        epochs_trained, steps_in_epoch = super()._init_training_state(*args, **kwargs)
+        if self._train_sampler is not None:
+            self._train_sampler.set_epoch(epochs_trained)
+        return epochs_trained, steps_in_epoch
 
     def _generate_single_turn(self, *args, **kwargs):
         training = self.model.training
