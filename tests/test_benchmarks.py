@@ -400,7 +400,19 @@ def test_filtering_smoke(tmp_path):
             assert run["ds"] and sum(d["groups_generated"] for d in run["ds"]) * G == run["generated"]
         else:
             assert run["ds"] == []
+        assert run["machine"]["cpu_flags_sha256"] == raw["info"]["cpu_flags_sha256"]  # each run names its CPU
     assert (tmp_path / "filtering_smoke.md").exists() and (tmp_path / "filtering_smoke.png").exists()
+    assert f"{len(raw['runs'])} run(s) on " in (tmp_path / "filtering_smoke.md").read_text()
+
+
+def test_filtering_report_p_values_holm_and_recipe_rules():
+    report = _load("filtering/filtering_report")
+    assert report.p_value([1, 2, 3, 4, 5]) == pytest.approx(0.0132356, abs=1e-6)  # scipy's ttest_1samp
+    assert report.p_value([0.01, -0.02, 0.03]) == pytest.approx(0.6913933, abs=1e-6)  # odd degrees of freedom
+    assert report.holm([0.01, 0.04, 0.03, None]) == [True, False, False, False]  # 0.03 > 0.05 / 2: stops there
+    committed = json.loads((BENCHMARKS / "filtering" / "filtering.json").read_text())
+    rules = report.recipe_rules(report.collect(committed))
+    assert "not met: the PACS recipes keep dynamic sampling off" in rules[0] and "not met" in rules[1]
 
 
 def test_filtering_accuracy_per_generated_completion_never_counts_past_the_threshold():

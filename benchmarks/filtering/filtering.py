@@ -15,8 +15,9 @@ addition, a 0.49M-parameter Qwen3 from the pinned warm starts `dense-s105` and `
 generations) +- DS, and both PACS arms with uniform groups left out of the loss (`pacs_uniform_groups="drop"`, no
 DS). Dynamic sampling:
 `dynamic_sampling_max_rounds=10` (fixed by the protocol). Every run records, besides anchor.py's measurements, the
-completions it generated (from its reward function, which every generation round calls) at each evaluation, and each
-generation batch's rounds and fallback groups (`pacs/ds/*`). The no-DS runs of GRPO, PACS rollout and the paper's
+completions it generated (from its reward function, which every generation round calls) at each evaluation, each
+generation batch's rounds and fallback groups (`pacs/ds/*`), and the CPU it ran on (`machine`: lscpu model, torch's
+kernels, lscpu flags hash; the runs in the committed filtering.json predate it). The no-DS runs of GRPO, PACS rollout and the paper's
 method are `sparsity.json`'s (their arms, picks and seeds), once the spot rerun here reproduces one bit for bit.
 """
 
@@ -134,7 +135,7 @@ def run_one(spec, args) -> dict:
         "warm_start": ws, "arm": arm, "base_arm": base, "beta": beta, "lr": lr, "seed": seed, "curve": curve,
         "rounds": rounds, "ds": ds, "generated": generated(), "kl_to_sft": anchor.probe_kl(trainer.model, path, args),
         "seconds": seconds, "cpu_seconds": cpu, "load": _common.load_average(), "warm_start_sha256": record["sha256"],
-        "pacs_git": args.pacs_git,
+        "pacs_git": args.pacs_git, "machine": run_machine(),
     }  # fmt: skip
     print(
         f"[filtering] {ws} {arm:28s} b {beta} lr {lr:g} seed {seed}: test {curve[0][3]:.3f} -> {curve[-1][3]:.3f}, "
@@ -143,6 +144,13 @@ def run_one(spec, args) -> dict:
         flush=True,
     )
     return run
+
+
+def run_machine() -> dict:
+    """The CPU this run ran on (lscpu's model name, the kernels torch picked, the lscpu flags hash) and its torch
+    threads: runs of one study may come from several machines, and exact numbers hold within a CPU family only."""
+    info = _common.machine_info()
+    return {k: info[k] for k in ("cpu", "cpu_capability", "cpu_flags_sha256", "torch_threads", "date")}
 
 
 def _store(spec, args, cache: Path) -> None:
