@@ -97,6 +97,7 @@ def resume_decision(
     resume_from_checkpoint: str | bool | None,
     args,
     identity: dict,
+    *,
     verbose: bool = True,
 ) -> Resume:
     """How this process's run resumes (see the module docstring): call it once per process, and pass the answer on.
