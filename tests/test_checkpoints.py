@@ -1,4 +1,5 @@
-"""Tests of `pacs.grpo.checkpoints` and `PACSTrainer`'s checkpoints: a run resumed from any checkpoint, in the middle of a
+"""Tests of `pacs.grpo.checkpoints` (and the two resume rules of `pacs.grpo.resume` it serves, which checkpoint and
+whether the run is finished) and `PACSTrainer`'s checkpoints: a run resumed from any checkpoint, in the middle of a
 generation batch or not, ends where the uninterrupted run ends; an interrupted save is skipped on resume."""
 
 import json
@@ -21,14 +22,12 @@ from pacs import PACSTrainer  # noqa: E402
 from pacs.grpo.checkpoints import (  # noqa: E402
     COMPLETE_MARKER,
     ROLLOUT_DIR,
-    finished_run,
     last_complete_checkpoint,
-    resolve_resume_checkpoint,
     run_identity,
     sync_checkpoint_files,
     write_complete_marker,
 )
-from pacs.grpo.resume import resume_decision  # noqa: E402
+from pacs.grpo.resume import finished_run, resolve_resume_checkpoint, resume_decision  # noqa: E402
 from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config  # noqa: E402
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from datasets import Dataset, IterableDataset
 
-from pacs._compat import TRL_REWARD_KWARGS
+from pacs.grpo._compat import TRL_REWARD_KWARGS
 from pacs.grpo.checks import check_model_path, check_train_dataset
 from pacs.grpo.guards import MAX_UNLABELED_BATCHES
 from pacs.rewards import format_reward, math_reward

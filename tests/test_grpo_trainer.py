@@ -1,7 +1,8 @@
 """`pacs.grpo.trainer`: the hardened GRPO layer, as a GRPO trainer in its own right and as the floor PACS stands on.
 
-- The layers: nothing under `pacs/grpo/` imports PACS; each TRL method is overridden in one class of `PACSTrainer`'s
-  hierarchy, and `pacs._compat` names exactly the private ones.
+- The layers: nothing under `pacs/grpo/` imports anything of `pacs` above it; each TRL method is overridden in one
+  class of `PACSTrainer`'s hierarchy; every private name of TRL and transformers the layer touches is in
+  `pacs.grpo._compat` (and PACS's own in `pacs._compat`), and its import-time check fails when any one is renamed.
 - As GRPO: `HardenedGRPOTrainer` trains exactly as TRL's `GRPOTrainer` on the same run (loss, metrics, weights), with
   the checks before work, the reward-output guard, the gradient guard, and an exact resume from a checkpoint in the
   middle of a generation batch.
@@ -9,6 +10,7 @@
 
 import ast
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from pacs import PACSTrainer, _compat
 from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
+from pacs.grpo import _compat as grpo_compat
 from pacs.grpo.checkpoints import ROLLOUT_DIR
 from pacs.grpo.guards import NonFiniteGradientGuard
 from pacs.grpo.metrics import group_outcome_shares
@@ -55,27 +58,33 @@ def grpo_settings(output_dir, **overrides) -> dict:
 
 
 def _imported_pacs_modules(path: Path) -> set[str]:
-    """The top-level `pacs` modules `path` imports: `from pacs.X`, `import pacs.X`, `from ..X` / `from .. import X`
-    (a module of `pacs/grpo/`) or `from .X` (a module of `pacs/`)."""
-    level_of_pacs = 2 if path.parent.name == "grpo" else 1
+    """The `pacs` modules `path` (a module of `pacs/` or `pacs/grpo/`) imports, as dotted names: `pacs.loss`,
+    `pacs.grpo.checks`; a relative import is resolved from `path`'s package (`from .. import X`: `pacs.X`)."""
+    package = ["pacs", "grpo"] if path.parent.name == "grpo" else ["pacs"]
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            names |= {a.name.split(".")[1] for a in node.names if a.name.startswith("pacs.")}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("pacs."):
-            names.add(node.module.split(".")[1])
-        elif isinstance(node, ast.ImportFrom) and node.level == level_of_pacs:
-            names |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+            names |= {a.name for a in node.names if a.name.startswith("pacs.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("pacs"):
+            names |= {node.module} if node.module != "pacs" else {f"pacs.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            base = ".".join(package[: len(package) - node.level + 1])
+            names |= {f"{base}.{node.module}"} if node.module else {f"{base}.{a.name}" for a in node.names}
     return names
 
 
-def test_the_grpo_layer_imports_nothing_of_pacs():
+def test_the_grpo_layer_imports_nothing_above_itself(tmp_path):
     files = sorted((SRC / "grpo").glob("*.py"))
-    assert len(files) >= 7
-    for path in files:  # an allow-list: the floor (`_compat`) and the layer's own rooms
-        assert _imported_pacs_modules(path) <= {"_compat"} | {f.stem for f in files}, path.name
-    # and the check sees an upward import where there is one
-    assert {"loss", "_compat"} <= _imported_pacs_modules(SRC / "split.py")
+    assert len(files) >= 7 and (SRC / "grpo" / "_compat.py") in files
+    for path in files:  # only the layer's own rooms, its floor (`pacs.grpo._compat`) included
+        assert {name for name in _imported_pacs_modules(path) if not name.startswith("pacs.grpo")} == set(), path.name
+    assert "pacs.grpo._compat" in _imported_pacs_modules(SRC / "grpo" / "trainer.py")
+    # and the check sees an upward import where there is one: PACS's own floor, from the layer's folder
+    assert {"pacs.loss", "pacs._compat"} <= _imported_pacs_modules(SRC / "split.py")
+    (tmp_path / "grpo").mkdir()
+    upward = tmp_path / "grpo" / "probe.py"
+    upward.write_text("from .._compat import check_trl\nfrom .. import loss\nfrom ._compat import STATE\n")
+    assert _imported_pacs_modules(upward) == {"pacs._compat", "pacs.loss", "pacs.grpo._compat"}
 
 
 def _trl_methods() -> set[str]:
@@ -99,10 +108,15 @@ def test_each_trl_method_is_overridden_in_one_class():
     # loss terms (a mixin) override nothing of TRL
     assert {name for name in overridden if name in vars(PACSTrainer)} == {"_compute_loss", "_prepare_inputs"}
     assert not set(vars(GRPOLossTerms)) & _trl_methods()
-    # every private GRPOTrainer method overridden is named in `_compat` (checked at import), by its layer, and vice versa
-    private = {name for name in overridden if name.startswith("_") and name in vars(GRPOTrainer)}
-    assert {name for name in private if name in vars(HardenedGRPOTrainer)} == set(_compat._OVERRIDDEN)
+    # every private method of GRPOTrainer or transformers' Trainer overridden is named in its layer's `_compat`
+    # (checked at import), and vice versa
+    private = {name for name in overridden if name.startswith("_")}
+    # (transformers' `_init_training_state`, where it has it: version-dependent, like the checkpoint rotation)
+    layer_private = {name for name in private if name in vars(HardenedGRPOTrainer)}
+    assert layer_private - {grpo_compat.EPOCH_START} == set(grpo_compat.OVERRIDDEN)
+    assert (grpo_compat.EPOCH_START in layer_private) == hasattr(GRPOTrainer, grpo_compat.EPOCH_START)
     assert {name for name in private if name in vars(PACSTrainer)} == set(_compat._PACS_OVERRIDDEN)
+    assert "_issue_warnings_after_load" in private  # transformers' own, not only GRPOTrainer's
     # extension points: the hardened layer defines them, PACS extends them; TRL has none of these names; none runs
     # before GRPOTrainer's `__init__` (what a subclass derives from its config, the config's `__post_init__` checks)
     points = {"_before_generation", "_after_rewards", "_after_scoring", "_after_monitors", "_save_extra_state",
@@ -116,21 +130,93 @@ def test_each_trl_method_is_overridden_in_one_class():
         assert name not in layer_source, name
 
 
+def _trl_private_names() -> set[str]:
+    """Every private name the installed TRL and transformers define on `GRPOTrainer`'s classes and `VLLMGeneration`:
+    methods and class attributes, and the state their source files assign (`self._x =`)."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    classes = [*GRPOTrainer.__mro__[:-1], *VLLMGeneration.__mro__[:-1]]
+    names = {name for cls in classes for name in vars(cls)}
+    names |= {name for cls in classes for name in re.findall(r"self\.(\w+)\s*[:=]", grpo_compat._source(cls))}
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def test_every_private_name_the_layer_touches_is_in_its_compat():
+    # what the layer's code reaches for on a trainer, its vLLM generation or a parent class (`self._x`, `trainer._x`,
+    # `super()._x`, `getattr(..., "_x")`), where TRL or transformers define it, is named in `pacs.grpo._compat`; a
+    # version-dependent one (transformers' `_rotate_checkpoints`, gone in 5.25) where the installed version has it
+    layer = "\n".join(path.read_text() for path in (SRC / "grpo").glob("*.py") if path.name != "_compat.py")
+    touched = set(re.findall(r"(?:self|trainer|super\(\)|VLLMGeneration)\.(_\w+)", layer))
+    touched |= set(re.findall(r"getattr\([^,]+, \"(_\w+)\"", layer))
+    listed = {*grpo_compat.OVERRIDDEN, *grpo_compat.USED, *grpo_compat.STATE, *grpo_compat.CLASS_STATE,
+              grpo_compat.ROTATION[0], grpo_compat.EPOCH_START, *grpo_compat.VLLM_USED,
+              *grpo_compat.VLLM_STATE}  # fmt: skip
+    trl_names = _trl_private_names()
+    assert touched & trl_names - listed == set()
+    assert {"_tokenizer", "_name", "_metrics", "_issue_warnings_after_load", "_dist"} <= touched & trl_names
+    assert ("_rotate_checkpoints" in touched & trl_names) == hasattr(GRPOTrainer, "_rotate_checkpoints")
+    # and nothing listed that the layer no longer touches (the version-dependent method aside)
+    assert listed - touched - {"current_gradient_accumulation_steps", grpo_compat.ROTATION[0]} == set()
+    # PACS's own are not the layer's
+    assert not set(_compat._PACS_STATE) & listed and not set(_compat._PACS_OVERRIDDEN) & listed
+
+
+LAYER_FACTS = [
+    *grpo_compat.OVERRIDDEN, *grpo_compat.USED, *grpo_compat.STATE, *grpo_compat.CLASS_STATE,
+    *grpo_compat.VLLM_USED, *grpo_compat.VLLM_STATE, "rotation",
+]  # fmt: skip
+
+
+def _rename_away(monkeypatch, name: str) -> str:
+    """Make the installed TRL / transformers look as if `name` were renamed; returns what the error must name."""
+    import transformers.trainer_utils
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    if name == "rotation":  # neither the method (transformers < 5.25) nor the function (>= 5.25)
+        for cls in GRPOTrainer.__mro__:
+            monkeypatch.delattr(cls, "_rotate_checkpoints", raising=False)
+        monkeypatch.delattr(transformers.trainer_utils, "rotate_checkpoints")
+        return "rotate_checkpoints"
+    if name in grpo_compat.STATE + grpo_compat.VLLM_STATE:  # assigned under another name in the sources
+        source = grpo_compat._source
+        renamed = lambda cls: re.sub(rf"\bself\.{name}\b", f"self.{name}_v2", source(cls))  # noqa: E731
+        monkeypatch.setattr(grpo_compat, "_source", renamed)
+        return name
+    owners = VLLMGeneration.__mro__ if name in grpo_compat.VLLM_USED else GRPOTrainer.__mro__
+    defined = [cls for cls in owners if name in vars(cls)]
+    assert defined, name
+    for cls in defined:
+        monkeypatch.delattr(cls, name)
+    return name
+
+
+@pytest.mark.parametrize("name", LAYER_FACTS)
+def test_the_layers_check_fails_when_a_private_name_is_renamed(monkeypatch, name):
+    grpo_compat.check_trl()  # the installed TRL and transformers have every private name the layer touches
+    expected = _rename_away(monkeypatch, name)
+    with pytest.raises(ImportError, match=rf"without .*{expected}.*pip install \"trl>=1.15,<2\""):
+        grpo_compat.check_trl()
+    _compat.check_trl()  # the levels' facts are checked apart: PACS's check does not read the layer's
+
+
 def test_each_trl_fact_is_checked_against_the_installed_trl(monkeypatch):
     import dataclasses
     import inspect
 
-    assert all(f'"{key}"' in inspect.getsource(GRPOTrainer._compute_loss) for key in _compat.MULTIMODAL_KEYS)
+    import trl
+
+    assert all(f'"{key}"' in inspect.getsource(GRPOTrainer._compute_loss) for key in grpo_compat.MULTIMODAL_KEYS)
+    assert _compat.MULTIMODAL_KEYS is grpo_compat.MULTIMODAL_KEYS  # one fact, re-exported for the PACS level
     assert set(_compat.GRPO_ONLY_LOSS_SETTINGS) <= {f.name for f in dataclasses.fields(GRPOConfig)}
-    _compat.check_trl()  # the installed TRL has every private name pacs touches
-    _compat.check_trl("pacs")
-    monkeypatch.setattr(_compat, "_STATE", (*_compat._STATE, "_a_renamed_buffer"))
-    with pytest.raises(ImportError, match="without _a_renamed_buffer"):
-        _compat.check_trl()
-    _compat.check_trl("pacs")  # the layers' facts are checked apart: PACS's check does not read the layer's
+    _compat.check_trl()
     monkeypatch.setattr(_compat, "_PACS_STATE", (*_compat._PACS_STATE, "_a_renamed_controller"))
     with pytest.raises(ImportError, match="without _a_renamed_controller"):
-        _compat.check_trl("pacs")
+        _compat.check_trl()
+    grpo_compat.check_trl()  # and the layer's does not read PACS's
+    monkeypatch.setattr(trl, "__version__", "0.9.0")
+    for check in (grpo_compat.check_trl, _compat.check_trl):
+        with pytest.raises(ImportError, match=r'found trl 0\.9\.0.*pip install "trl>=1\.15,<2"'):
+            check()
 
 
 def test_the_pacs_trainer_holds_no_hardening():

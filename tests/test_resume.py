@@ -26,7 +26,7 @@ import pytest
 
 from pacs.grpo.checkpoints import COMPLETE_MARKER, run_identity, write_complete_marker
 from pacs.grpo.resume import ResumeRefused, resume_decision
-from pacs.grpo.run_lock import LOCK_FILE
+from pacs.run_lock import LOCK_FILE, OutputDirInUse, clear_for_fresh_start
 from pacs.testing import free_port
 
 
@@ -41,9 +41,11 @@ TIMING_KEYS = ("step_time", "train_runtime", "train_samples_per_second", "train_
 
 
 def resume_checkpoint(resume, output_dir: str, identity: dict, overwrite_output_dir: bool = False) -> str | None:
-    """The checkpoint `pacs train`'s resume decision picks (its fresh-start policy on), for a run of 100 steps."""
+    """The checkpoint `pacs train` resumes from, for a run of 100 steps: its overwrite policy (`pacs.run_lock`, on the
+    process that may delete), then the resume decision."""
+    clear_for_fresh_start(output_dir, resume, overwrite_output_dir, delete=True)
     args = types.SimpleNamespace(output_dir=output_dir, max_steps=100, num_train_epochs=3.0)
-    return resume_decision(resume, args, identity, overwrite_output_dir).checkpoint
+    return resume_decision(resume, args, identity).checkpoint
 
 
 def _checkpoint(out: Path, step: int, world_size: int = 2, **run) -> Path:
@@ -72,7 +74,7 @@ def test_auto_takes_the_newest_complete_checkpoint_or_starts_fresh(tmp_path):
 def test_an_elastic_restart_resumes_whatever_the_recipe_says(tmp_path, monkeypatch):
     _checkpoint(tmp_path, 4)
     here = run_identity("/models/tiny", 2, ARGS)
-    with pytest.raises(ResumeRefused, match="already holds the checkpoints"):
+    with pytest.raises(OutputDirInUse, match="already holds the checkpoints"):
         resume_checkpoint(None, str(tmp_path), here)
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     assert resume_checkpoint(None, str(tmp_path), here) == str(tmp_path / "checkpoint-4")
@@ -102,14 +104,18 @@ def test_another_runs_checkpoint_is_refused_in_one_line(tmp_path, resume, world_
     _checkpoint(tmp_path, 4, **changed)
     if resume and resume.startswith("checkpoint-"):
         resume = str(tmp_path / resume)
-    with pytest.raises(ResumeRefused, match=message) as error:
+    with pytest.raises((ResumeRefused, OutputDirInUse), match=message) as error:
         resume_checkpoint(resume, str(tmp_path), run_identity("/models/tiny", world_size, ARGS))
     assert "\n" not in str(error.value)
 
 
 def test_overwrite_output_dir_allows_a_fresh_start(tmp_path):
     _checkpoint(tmp_path, 4)
+    assert clear_for_fresh_start(str(tmp_path), None, True) == []  # a process that may not delete: nothing deleted
+    assert (tmp_path / "checkpoint-4").is_dir()
+    assert clear_for_fresh_start(str(tmp_path), "auto", True, delete=True) == []  # a resume asked for: not its policy
     assert resume_checkpoint(None, str(tmp_path), run_identity("/models/tiny", 2, ARGS), True) is None
+    assert not (tmp_path / "checkpoint-4").exists()  # deleted, so that a later `auto` cannot pick up the old run
 
 
 def test_pacs_train_refuses_before_launching_and_exits_2(tiny_model_dir, tmp_path):

@@ -1,4 +1,4 @@
-"""`pacs.grpo.run_lock`: one run per output folder (the lock: live refused in one line, stale taken over with a warning
+"""`pacs.run_lock`: one run per output folder (the lock: live refused in one line, stale taken over with a warning
 that says why, released on exit) and no orphaned workers (a worker stops when its launcher is gone). The 2-process
 `kill -9` of a launcher is in tests/test_resume.py, with the reference run it resumes to."""
 
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from pacs.grpo import run_lock
-from pacs.grpo.run_lock import LOCK_FILE, OutputDirInUse, check_output_dir, hold_output_dir, read_lock
+from pacs import run_lock
+from pacs.run_lock import LOCK_FILE, OutputDirInUse, check_output_dir, hold_output_dir, read_lock
 
 
 TIMEOUT_S = 1800.0  # the process-group timeout (ddp_timeout's default)
@@ -79,7 +79,7 @@ def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path, caplog, where):
         why = r"host node-7 has not refreshed it for \d+ s \(> the 1800 s timeout\)"
     check_output_dir(str(out), TIMEOUT_S)  # no refusal, and nothing taken
     assert json.loads((out / LOCK_FILE).read_text())["token"] == "other"
-    with caplog.at_level(logging.WARNING, logger="pacs.grpo.run_lock"):
+    with caplog.at_level(logging.WARNING, logger="pacs.run_lock"):
         lock = hold_output_dir(str(out), TIMEOUT_S)
     assert read_lock(str(out))["pid"] == os.getpid()
     (record,) = [r.getMessage() for r in caplog.records if "Taking over the lock" in r.getMessage()]
@@ -91,7 +91,7 @@ def test_the_holder_refreshes_its_lock_and_exit_releases_it(tmp_path, monkeypatc
     out = tmp_path / "out"
     code = textwrap.dedent(f"""
         import os, sys, time
-        from pacs.grpo import run_lock
+        from pacs import run_lock
         run_lock.REFRESH_S = 0.2
         run_lock.hold_output_dir({str(out)!r}, 1800)
         path = os.path.join({str(out)!r}, run_lock.LOCK_FILE)
@@ -110,7 +110,7 @@ def test_a_worker_stops_when_its_launcher_is_killed(tmp_path):
     # does not reach the worker; the parent-death signal does
     pid_file = tmp_path / "worker.pid"
     worker = (
-        "import os, time; from pacs.grpo.run_lock import stop_with_launcher; stop_with_launcher(); "
+        "import os, time; from pacs.run_lock import stop_with_launcher; stop_with_launcher(); "
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
     )
     launcher = (

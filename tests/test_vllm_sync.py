@@ -233,15 +233,6 @@ def test_drift_benchmark_smoke(capsys):
     assert "pacs.grpo.vllm_sync" in capsys.readouterr().out
 
 
-def test_import_check_names_the_replaced_vllm_method(monkeypatch):
-    # a TRL that renamed the method would silently bring the in-place round trip back
-    from pacs import _compat
-
-    monkeypatch.setattr(VLLMGeneration, "_iter_named_params", None)
-    with pytest.raises(ImportError, match=r"without VLLMGeneration\._iter_named_params"):
-        _compat.check_trl()
-
-
 # the weight-sync monitor -------------------------------------------------------------------------------------------
 def test_sampling_gap_masks_and_skips_nan():
     trainer = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -9.0]])

@@ -20,7 +20,7 @@ def _deprecations(record) -> list[warnings.WarningMessage]:
 
 def test_configs_with_pacs_defaults_warn_about_nothing(tmp_path):
     # GRPOConfig's default gradient_checkpointing=True is transformers 5's deprecated name; the shipped recipes set
-    # it too. PACSConfig moves it to the new name (pacs._compat), with the same effect.
+    # it too. PACSConfig moves it to the new name (pacs.grpo._compat), with the same effect.
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         default = tiny_pacs_config(tmp_path)
@@ -70,7 +70,7 @@ def test_a_tied_lm_head_missing_from_a_checkpoint_is_no_loss(tiny_model_dir):
     # lm_head.weight lost nothing (tie_weights restores it); anything else missing is a real loss
     from transformers import AutoModelForCausalLM
 
-    from pacs._compat import only_tied_keys_missing
+    from pacs.grpo._compat import only_tied_keys_missing
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert model.config.tie_word_embeddings

@@ -1,45 +1,27 @@
-"""Every fact about the installed TRL 1.16 and transformers that pacs relies on, and the workarounds for what they lack.
+"""Every fact about the installed TRL 1.16 and transformers that pacs relies on above the GRPO layer, and the
+workarounds for what they lack.
 
-One place, so that a TRL upgrade touches one file; each piece says when it can go. Importing it imports neither torch nor
-TRL (`pacs plan` reads its constants), each function imports what it uses.
+The hardened GRPO layer has its own floor, `pacs.grpo._compat` (its private names of TRL and transformers, checked at
+import; the LoRA push, the gradient guard's and the vLLM client's instance patches; activation checkpointing, MoE
+generation, tied weights on load): this module extends it with what only the PACS level needs, and re-exports the
+pieces the PACS level shares (`MULTIMODAL_KEYS`, `activation_checkpointing_field`). One place per level, so that a TRL
+upgrade touches two files; each piece says when it can go. Importing it imports neither torch nor TRL (`pacs plan`
+reads its constants), each function imports what it uses.
 
-- `check_trl`: the import-time check that TRL has every `GRPOTrainer` method a layer overrides or calls, and the
-  private state it reads or writes. `check_trl()` (by `pacs.grpo.trainer`): what `HardenedGRPOTrainer` needs
-  (`_OVERRIDDEN`, `_USED`, `_STATE`) and the `VLLMGeneration` method the LoRA push replaces and what it uses
-  (`_VLLM_USED`, `_VLLM_STATE`); `check_trl("pacs")` (by `pacs.trainer`): what only `PACSTrainer` and its loss terms
-  need (`_PACS_OVERRIDDEN`, `_PACS_STATE`, the module global `shuffle_sequence_dict`). Keep it as long as pacs touches
-  private names; update the lists with every new one (tests/test_grpo_trainer.py compares `_OVERRIDDEN` and
-  `_PACS_OVERRIDDEN` with the code). Also private, outside this file: `pacs.grpo.terms` and `pacs.loss_terms`
-  (GRPOTrainer's inline loss pieces, re-done; their docstrings say when they can go) and `pacs.anchors.reference.ReferenceAnchor._build_ref_model` (GRPOTrainer's way of building and
-  sharding its reference model, followed for pi_ref: update with TRL's `__init__`).
-- `TRL_REWARD_KWARGS`, `MULTIMODAL_KEYS`, `GRPO_ONLY_LOSS_SETTINGS`: what `GRPOTrainer` passes to reward functions, to
-  the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
+- `check_trl` (by `pacs.trainer`): the import-time check that TRL has what only `PACSTrainer` and its loss terms need
+  (`_PACS_OVERRIDDEN`, `_PACS_STATE`, the module global `shuffle_sequence_dict`); the layer's own check
+  (`pacs.grpo._compat.check_trl`) runs when `pacs.grpo.trainer` is imported, before. Keep it as long as PACS touches
+  private names; update the lists with every new one (tests/test_grpo_trainer.py compares `_PACS_OVERRIDDEN` with the
+  code). Also private, outside this file: `pacs.loss_terms` (GRPOTrainer's inline loss pieces, re-done; its
+  docstring says when it can go) and `pacs.anchors.reference.ReferenceAnchor._build_ref_model` (GRPOTrainer's way of
+  building and sharding its reference model, followed for pi_ref: update with TRL's `__init__`).
+- `GRPO_ONLY_LOSS_SETTINGS`: which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
   `TRL_LM_HEAD_TILE`: what TRL hard-codes for a colocated vLLM engine and its fused LM head (`pacs plan` reads them).
-  Update with TRL (tests compare the first three with the installed TRL: tests/test_checks.py, test_grpo_trainer.py).
-- Three instance patches, each on one object the trainer owns (its class and every other instance keep theirs):
-  1. `replace_method` / `VLLM_PARAM_ITERATOR`: `VLLMGeneration._iter_named_params` on a trainer's own
-     `vllm_generation` (the LoRA push without drift, `pacs.grpo.vllm_sync`). Its replacement names and gathers the
-     parameters as TRL's method does (`_fix_param_name_to_vllm`, `_dist`, the `base_model.model.` / `.base_layer` /
-     `modules_to_save.default.` renames): update it with that method. Remove when TRL pushes LoRA weights without
-     merging them in place (TRL #6688).
-  2. `optimizer.step` of the optimizer `HardenedGRPOTrainer.create_optimizer` creates, wrapped by
-     `pacs.grpo.guards.NonFiniteGradientGuard.install` so that a step whose gradient norm is not finite is skipped.
-     Remove when transformers' `Trainer` skips (or lets a callback skip) such a step itself.
-  3. `session.request` of the `requests.Session` of a trainer's own `VLLMClient` (`vllm_mode="server"`), wrapped by
-     `pacs.grpo.vllm_sync.add_read_timeout` so that a call gets `vllm_server_read_timeout` as its read timeout and a
-     server that never replies ends the run with its address, not a hang. Remove when TRL's `VLLMClient` takes a
-     read timeout itself.
+  Update with TRL (tests compare the first with the installed TRL: tests/test_grpo_trainer.py).
 - One module-global swap, below:
 - `group_shuffle` / `shuffle_groups`: `GRPOTrainer._prepare_inputs` shuffles the generation batch row by row through
   the module global `shuffle_sequence_dict`; PACS swaps in a group-preserving twin while the parent method runs.
   Remove when TRL shuffles by whole groups itself (or exposes the shuffle as a method to override).
-- `prefer_activation_checkpointing`: transformers 5 renamed `gradient_checkpointing(_kwargs)` to
-  `activation_checkpointing(_kwargs)` and warns (FutureWarning) whenever only the old name carries a value, which
-  `GRPOConfig`'s default `gradient_checkpointing=True` always does. Remove when TRL's `GRPOConfig` sets the new name
-  itself (or pacs requires a transformers with it and the recipes use it).
-- `no_router_logits`: mixture-of-experts generation with `output_router_logits=True` fails in transformers'
-  `load_balancing_loss_func` on cached decoding steps. Remove when generation no longer computes the load-balancing
-  loss (transformers skips it under `use_cache`/`generate`, or TRL turns it off while generating).
 - `elastic_restart_env`: what torchrun's elastic agent needs for a worker group to restart (`--max_restarts`), set
   by `pacs train` (`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` on the torch versions in `TORCH_SHARED_RDZV_STORE`, the
   c10d rendezvous endpoint). Remove the variable when pytorch#135712 is fixed in the oldest torch pacs supports.
@@ -48,19 +30,16 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
   partition the meta device's tensors ("Cannot copy out of meta tensor; no data!"): the planner's parameter count
   fell back to the formula on every ZeRO-3 launch. transformers' `set_zero3_state` marks zero.Init as already
   entered, so the build skips it. Remove when transformers skips zero.Init under `init_empty_weights` itself.
-- `only_tied_keys_missing`: transformers' `Trainer._issue_warnings_after_load` warns of "missing keys
-  ['lm_head.weight']" whenever a model with tied embeddings loads a checkpoint (its tied copy is not saved), e.g. the
-  final weights of a finished run; the trainer that loads them asks this first and ties the weights instead. Remove
-  when transformers checks the model's tied keys there itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import types
 from collections.abc import Sequence
 
 from packaging.version import Version
+
+from .grpo._compat import MULTIMODAL_KEYS, TRL_RANGE, activation_checkpointing_field, unset_state
 
 
 __all__ = [
@@ -68,24 +47,13 @@ __all__ = [
     "MULTIMODAL_KEYS",
     "TRL_LM_HEAD_TILE",
     "TRL_MAX_NUM_BATCHED_TOKENS",
-    "VLLM_PARAM_ITERATOR",
-    "TRL_REWARD_KWARGS",
     "activation_checkpointing_field",
     "check_trl",
     "elastic_restart_env",
     "group_shuffle",
-    "no_router_logits",
-    "only_tied_keys_missing",
-    "prefer_activation_checkpointing",
-    "replace_method",
     "shuffle_groups",
+    "without_zero3_init",
 ]
-
-TRL_REWARD_KWARGS = frozenset(
-    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
-)
-"""Keywords TRL 1.16's `GRPOTrainer._calculate_rewards` passes to every reward function, besides the dataset columns
-(`environments` only with an `environment_factory`)."""
 
 GRPO_ONLY_LOSS_SETTINGS = (
     "loss_type",
@@ -109,21 +77,6 @@ GRPO_ONLY_LOSS_SETTINGS = (
 is warned rather than silently ignored. (The entropy bonus, `entropy_coef` and `use_adaptive_entropy`, is added to the
 PACS loss as in GRPO.) Update with every TRL release that adds a GRPO loss setting."""
 
-MULTIMODAL_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
-"""TRL 1.16's optional forward inputs (vision-language models) that `GRPOTrainer._compute_loss` passes to the model;
-update with TRL."""
-
 TRL_MAX_NUM_BATCHED_TOKENS = 4096
 """What TRL 1.16 asks of a colocated vLLM engine (trl/generation/vllm_generation.py, `LLM(...)`): a hard-coded token
 budget per scheduler step; with it, `max_num_seqs` = per-device batch x vLLM tensor-parallel size x
@@ -141,68 +94,32 @@ attempt's addresses from it: gloo fails with "connectFullMesh failed ... Connect
 (pytorch#135712; seen on torch 2.13 on CPU, tests/test_resume.py). `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives
 each attempt a store of its own. Set the upper bound when a torch release fixes it."""
 
-_TRL_RANGE = (Version("1.15"), Version("2"))
-_OVERRIDDEN = (  # HardenedGRPOTrainer's: each in one class (tests/test_grpo_trainer.py)
-    "_get_train_sampler",
-    "_calculate_rewards",
-    "_generate_and_score_completions",
-    "_generate_single_turn",
-    "_save_checkpoint",
-    "_load_optimizer_and_scheduler",
-)
-_USED = (  # a batch's log-probs; a checkpoint's folder; a finished run's final weights (transformers' `Trainer`)
-    "_get_per_token_logps_and_entropies",
-    "_get_output_dir",
-    "_load_from_checkpoint",
-)
-_STATE = ("_step", "_buffered_inputs", "_metrics")
-"""GRPOTrainer's private state the hardened layer reads or writes: the micro-batch counter and the buffered generation
-batch (exact resume mid-generation) and the metric buffer (every metric it logs). Checked at import in GRPOTrainer's
-source, where `__init__` sets them. Each can go when TRL exposes it: a rollout-buffer state for checkpoints, a
-metric-logging method."""
 _PACS_OVERRIDDEN = ("_prepare_inputs", "_compute_loss")  # PACSTrainer's: the batch shuffle and the loss
-_PACS_STATE = ("_tokenizer", "_entropy_bonus_enabled", "_entropy_window_stats", "_last_world_entropy")
-"""GRPOTrainer's private state only PACS reads or writes: the tokenizer (the split path's row exchange pads with it)
-and the adaptive entropy controller (`pacs.loss_terms.GRPOLossTerms`, a copy of TRL's inline one). It can go when TRL
-exposes a loss-terms helper."""
-_VLLM_USED = ("_fix_param_name_to_vllm",)  # the LoRA push names parameters as TRL does
-_VLLM_STATE = ("_dist",)  # the LoRA push gathers under ZeRO-3 as TRL does
-VLLM_PARAM_ITERATOR = "_iter_named_params"
-"""The `VLLMGeneration` method the LoRA push without drift replaces (`pacs.grpo.vllm_sync.iter_merged_params`)."""
-_VLLM_REPLACED = (VLLM_PARAM_ITERATOR,)
+_PACS_STATE = ("_entropy_bonus_enabled", "_entropy_window_stats", "_last_world_entropy")
+"""GRPOTrainer's private state only PACS reads or writes: the adaptive entropy controller
+(`pacs.loss_terms.GRPOLossTerms`, a copy of TRL's inline one). It can go when TRL exposes a loss-terms helper. (The
+tokenizer, `_tokenizer`, which the split path's row exchange pads with, is the layer's: `pacs.grpo._compat.STATE`.)"""
 
 
-def replace_method(instance, name: str, function) -> None:
-    """Bind `function` as `instance.name`, on this one instance (its class and every other instance keep theirs).
-    Used for `VLLMGeneration._iter_named_params` (one of the two instance patches in the module docstring)."""
-    if not callable(getattr(type(instance), name, None)):
-        raise AttributeError(f"{type(instance).__name__} has no method {name!r} to replace; see pacs._compat.")
-    setattr(instance, name, types.MethodType(function, instance))
+def check_trl() -> None:
+    """Fail at import, with a fix, if the installed TRL lacks what only `PACSTrainer` overrides or reads (the layer's
+    own names are `pacs.grpo._compat.check_trl`'s)."""
+    import trl
+    from trl import GRPOTrainer
+    from trl.trainer import grpo_trainer as _grpo_module
 
-
-def activation_checkpointing_field() -> str:
-    """The `TrainingArguments` field that turns activation checkpointing on or off without a FutureWarning:
-    `"activation_checkpointing"` where the installed transformers has it, `"gradient_checkpointing"` before."""
-    from transformers import TrainingArguments
-
-    return (
-        "activation_checkpointing"
-        if hasattr(TrainingArguments, "activation_checkpointing")
-        else ("gradient_checkpointing")
-    )
-
-
-def prefer_activation_checkpointing(args) -> None:
-    """Move `gradient_checkpointing(_kwargs)` to `activation_checkpointing(_kwargs)` where the installed transformers
-    has the new names, before `TrainingArguments.__post_init__` (which then mirrors the value back to the old name, so
-    code reading either sees it). Called by `HardenedGRPOConfig.__post_init__`; a no-op on older transformers."""
-    for old, new in (
-        ("gradient_checkpointing", "activation_checkpointing"),
-        ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
-    ):
-        if hasattr(args, new) and getattr(args, new) is None and getattr(args, old) is not None:
-            setattr(args, new, getattr(args, old))
-            setattr(args, old, None)
+    missing = [name for name in _PACS_OVERRIDDEN if not callable(getattr(GRPOTrainer, name, None))]
+    missing += unset_state([GRPOTrainer], _PACS_STATE)
+    if not hasattr(_grpo_module, "shuffle_sequence_dict"):
+        missing.append("trl.trainer.grpo_trainer.shuffle_sequence_dict")
+    low, high = TRL_RANGE
+    if missing or not (low <= Version(trl.__version__) < high):
+        raise ImportError(
+            f"pacs needs trl>={low},<{high} (GRPOTrainer with {', '.join(_PACS_OVERRIDDEN)}); found trl "
+            f"{trl.__version__}"
+            + (f" without {', '.join(missing)}" if missing else "")
+            + f'. Install a supported version: pip install "trl>={low},<{high}".'
+        )
 
 
 def elastic_restart_env(torch_version: str, endpoint: str) -> dict[str, str]:
@@ -221,50 +138,6 @@ def elastic_restart_env(torch_version: str, endpoint: str) -> dict[str, str]:
     if version >= low and (high is None or version < high):
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     return env
-
-
-def check_trl(layer: str = "grpo") -> None:
-    """Fail at import, with a fix, if the installed TRL lacks what a layer overrides or calls: `"grpo"`,
-    `HardenedGRPOTrainer`'s (and the LoRA push's) private names; `"pacs"`, those only `PACSTrainer` adds."""
-    import trl
-    from trl import GRPOTrainer
-    from trl.trainer import grpo_trainer as _grpo_module
-
-    version = Version(trl.__version__)
-    if layer == "pacs":
-        needed = _PACS_OVERRIDDEN
-        missing = [name for name in needed if not callable(getattr(GRPOTrainer, name, None))]
-        missing += _unset(GRPOTrainer, _PACS_STATE)
-        if not hasattr(_grpo_module, "shuffle_sequence_dict"):
-            missing.append("trl.trainer.grpo_trainer.shuffle_sequence_dict")
-    else:
-        from trl.generation.vllm_generation import VLLMGeneration
-
-        needed = _OVERRIDDEN + _USED
-        missing = [name for name in needed if not callable(getattr(GRPOTrainer, name, None))]
-        missing += [
-            f"VLLMGeneration.{n}"
-            for n in _VLLM_REPLACED + _VLLM_USED
-            if not callable(getattr(VLLMGeneration, n, None))
-        ]
-        missing += _unset(GRPOTrainer, _STATE) + [f"VLLMGeneration.{n}" for n in _unset(VLLMGeneration, _VLLM_STATE)]
-    if missing or not (_TRL_RANGE[0] <= version < _TRL_RANGE[1]):
-        raise ImportError(
-            f"pacs needs trl>={_TRL_RANGE[0]},<{_TRL_RANGE[1]} (GRPOTrainer with {', '.join(needed)}); "
-            f"found trl {trl.__version__}"
-            + (f" without {', '.join(missing)}" if missing else "")
-            + '. Install a supported version: pip install "trl>=1.15,<2".'
-        )
-
-
-def _unset(cls, names: Sequence[str]) -> list[str]:
-    """The attributes of `names` that the source file of `cls` never assigns (`self.<name> =`): private state TRL
-    dropped. The file is read as text (`inspect.getsource` of a class parses the whole module: 0.25 s at import)."""
-    import inspect
-    from pathlib import Path
-
-    source = Path(inspect.getsourcefile(cls)).read_text(encoding="utf-8")
-    return [name for name in names if f"self.{name} =" not in source and f"self.{name}:" not in source]
 
 
 def shuffle_groups(seq_dict: dict[str, Sequence | None], group_size: int) -> dict[str, Sequence | None]:
@@ -309,40 +182,6 @@ def group_shuffle(group_size: int | None):
         yield
     finally:
         _grpo_module.shuffle_sequence_dict = original
-
-
-@contextlib.contextmanager
-def no_router_logits(model):
-    """Turn `output_router_logits` off while generating (model config and text sub-config), then restore it.
-
-    Mixture-of-experts checkpoints whose config says `output_router_logits=True` (as TRL's SFTTrainer saves them)
-    compute the load-balancing loss in every forward, `generate`'s included. There, each cached decoding step has
-    router logits for one new token per row but the attention mask of the whole sequence, and transformers'
-    `load_balancing_loss_func` fails on their shapes as soon as the mask is kept, i.e. the prompts of the batch differ
-    in length (several groups: PACS's 4 optimizer steps per generation). Generation needs no router logits; the update
-    still gets its auxiliary loss (`_compute_loss` asks for it explicitly).
-    """
-    configs = {id(c): c for c in (model.config, model.config.get_text_config())}.values()
-    turned_off = [c for c in configs if getattr(c, "output_router_logits", False)]
-    for config in turned_off:
-        config.output_router_logits = False
-    try:
-        yield
-    finally:
-        for config in turned_off:
-            config.output_router_logits = True
-
-
-def only_tied_keys_missing(model, missing_keys: Sequence[str]) -> bool:
-    """Whether every key a checkpoint load reports missing is a weight tied to another one (`lm_head.weight` of a
-    model with `tie_word_embeddings`, which safetensors saves once): `tie_weights()` restores them, so the load lost
-    nothing. transformers' `Trainer._issue_warnings_after_load` warns "There were missing keys in the checkpoint model
-    loaded: ['lm_head.weight']" for them unless `_keys_to_ignore_on_save` lists them, which transformers 5's Qwen3
-    does not. Remove when that method checks the model's tied keys itself."""
-    if not missing_keys or not getattr(getattr(model, "config", None), "tie_word_embeddings", False):
-        return False
-    tied = getattr(model, "all_tied_weights_keys", None) or getattr(model, "_tied_weights_keys", None) or {}
-    return set(missing_keys) <= set(tied)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ so a subclass that overrides `_compute_loss` (PACS) re-does them here, to GRPOTr
 
 [`GRPOLossTerms`] is a mixin for a subclass of `pacs.grpo.HardenedGRPOTrainer` (`PACSTrainer(GRPOLossTerms,
 HardenedGRPOTrainer)`): it overrides no TRL method, and reads GRPOTrainer's entropy-controller state, which
-`pacs._compat.check_trl("pacs")` checks at import. Remove it when TRL factors these terms out of `_compute_loss`.
+`pacs._compat.check_trl` checks at import. Remove it when TRL factors these terms out of `_compute_loss`.
 """
 
 from __future__ import annotations

@@ -49,8 +49,7 @@ from trl import GRPOConfig, ModelConfig, get_peft_config
 from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
 from pacs.grpo.checkpoints import run_identity
 from pacs.grpo.checks import check_trainer_datasets, reward_keywords
-from pacs.grpo.resume import Resume, remove_checkpoints, restart_count, resume_decision
-from pacs.grpo.run_lock import check_output_dir, hold_output_dir, release_output_dir, stop_with_launcher
+from pacs.grpo.resume import Resume, resume_decision
 from pacs.options import USER_ERRORS
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_parser: `pacs.train`'s public names)
@@ -63,6 +62,13 @@ from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_p
     read_recipe,
 )
 from pacs.rewards import get_reward_funcs
+from pacs.run_lock import (
+    check_output_dir,
+    clear_for_fresh_start,
+    hold_output_dir,
+    release_output_dir,
+    stop_with_launcher,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -123,7 +129,7 @@ def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args:
     """Everything before the model loads, where every ordinary mistake is a `ValueError` (or `FileNotFoundError`) of
     one message: the inputs, the plan, the resume decision, the data and rewards checked against each other. Returns
     the training set, the evaluation set, the reward functions and the resume decision (`pacs.grpo.resume.Resume`)."""
-    if "LOCAL_RANK" in os.environ:  # a launched worker: it stops when its launcher is gone (`pacs.grpo.run_lock`)
+    if "LOCAL_RANK" in os.environ:  # a launched worker: it stops when its launcher is gone (`pacs.run_lock`)
         stop_with_launcher()
     check_inputs(script_args, training_args, model_args)
     # before any model loads: what `pacs plan` checks (batch, vLLM's limits, precision, memory) on this run's hardware
@@ -182,20 +188,17 @@ def train(script_args, training_args, model_args, train_dataset, eval_dataset, r
 
 
 def _decide(script_args, training_args, model: str, world_size: int, first_process: bool, launcher: bool = False):
-    """The output folder's lock (`pacs.grpo.run_lock`: the run's first process takes it; a launching process only
-    checks it), then the resume decision (`pacs.grpo.resume.resume_decision`), once; on a fresh start with
-    `overwrite_output_dir`, the first process deletes the old checkpoints. Returns the decision (`Resume`); raises
-    `OutputDirInUse` or `ResumeRefused` (one line; `pacs train` exits 2)."""
+    """The output folder's lock (`pacs.run_lock`: the run's first process takes it; a launching process only checks
+    it), its overwrite policy (a fresh start with `overwrite_output_dir`: the first process deletes the old
+    checkpoints), then the resume decision (`pacs.grpo.resume.resume_decision`), once. Returns the decision
+    (`Resume`); raises `OutputDirInUse` or `ResumeRefused` (one line; `pacs train` exits 2)."""
     if first_process:
         lock = check_output_dir if launcher else hold_output_dir
         lock(training_args.output_dir, training_args.ddp_timeout)
+    setting = training_args.resume_from_checkpoint
+    clear_for_fresh_start(training_args.output_dir, setting, script_args.overwrite_output_dir, delete=first_process)
     identity = run_identity(model, world_size, training_args)
-    resume = resume_decision(
-        training_args.resume_from_checkpoint, training_args, identity, script_args.overwrite_output_dir, first_process
-    )
-    if resume.checkpoint is None and restart_count() == 0 and script_args.overwrite_output_dir and first_process:
-        remove_checkpoints(training_args.output_dir)
-    return resume
+    return resume_decision(setting, training_args, identity, verbose=first_process)
 
 
 def _train_and_save(trainer, script_args: ScriptArguments, training_args: GRPOConfig, resume: Resume) -> None:

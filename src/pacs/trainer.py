@@ -47,7 +47,7 @@ from .loss_terms import GRPOLossTerms
 from .split import attach_step_coefficients, exchange_order, exchange_rows, split_layout
 
 
-check_trl("pacs")  # what only PACS needs of TRL's private API (`pacs._compat`)
+check_trl()  # what only PACS needs of TRL's private API (`pacs._compat`)
 
 
 class PACSTrainer(GRPOLossTerms, HardenedGRPOTrainer):

@@ -1,6 +1,6 @@
 """Crash-safe checkpoints and the rollout buffer that makes a resumed run continue exactly.
 
-Three things the `transformers` checkpoint leaves out, for a run that is preempted, OOM-killed or crashes:
+Two things the `transformers` checkpoint leaves out, for a run that is preempted, OOM-killed or crashes:
 
 1. **Completeness.** `resume_from_checkpoint=True` picks the newest `checkpoint-N` folder whatever its state, so a
    run killed while it was writing one (minutes for a 4B/8B ZeRO-3 checkpoint with optimizer states) cannot resume.
@@ -16,15 +16,10 @@ Three things the `transformers` checkpoint leaves out, for a run that is preempt
    saves its share of the buffered generation batch as [`rollout_file`] (token ids, masks, per-token log-probs,
    labels: never logits) and its position in it; at a generation boundary nothing extra is written.
 
-3. **A finished run.** Resumed from a checkpoint at `max_steps` (or at the end of its last epoch), transformers trains
-   one more step and the script then rewrites the final model. [`finished_run`] says when there is nothing left to
-   train; the resume decision (`pacs.grpo.resume.resume_decision`) then answers "finished", and
-   `HardenedGRPOTrainer.train` trains nothing and keeps the final model in `output_dir`. A larger `max_steps` still
-   extends the run.
-
-The functions here are file handling; which checkpoint a run resumes from is decided once, in
-`pacs.grpo.resume.resume_decision`, and `pacs.grpo.HardenedGRPOTrainer` holds the trainer hooks that use them
-(`train`, `_save_checkpoint`, `_load_optimizer_and_scheduler`, `save_model`), which `PACSTrainer` inherits.
+The functions here are file handling: writing a checkpoint, vouching for it, and telling a complete one from an
+incomplete one. Which checkpoint a run resumes from, and whether it is finished, are rules of `pacs.grpo.resume`
+(decided once, in `resume_decision`); `pacs.grpo.HardenedGRPOTrainer` holds the trainer hooks that use them (`train`,
+`_save_checkpoint`, `_load_optimizer_and_scheduler`, `save_model`), which `PACSTrainer` inherits.
 
 >>> import tempfile, os
 >>> out = tempfile.mkdtemp()
@@ -39,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import re
 from typing import Any
@@ -47,22 +41,18 @@ from typing import Any
 from accelerate.utils import send_to_device
 
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
-    "AUTO",
     "COMPLETE_MARKER",
     "TRAINER_STATE",
     "ROLLOUT_DIR",
     "RUN_IDENTITY_KEYS",
+    "checkpoint_folders",
     "checkpoint_problem",
-    "finished_run",
     "identity_mismatch",
     "last_complete_checkpoint",
     "load_rollout",
     "missing_rank_files",
     "read_marker",
-    "resolve_resume_checkpoint",
     "rollout_file",
     "run_identity",
     "save_rollout",
@@ -78,8 +68,6 @@ ROLLOUT_DIR = "pacs_rollout"
 """Sub-folder of a mid-generation checkpoint holding one `rank<r>.pt` per process."""
 
 TRAINER_STATE = "trainer_state.json"
-AUTO = "auto"
-"""`resume_from_checkpoint: auto`: the newest complete checkpoint of `output_dir` if there is one, else a fresh start."""
 RUN_IDENTITY_KEYS = (
     "model",
     "world_size",
@@ -345,7 +333,8 @@ def checkpoint_problem(checkpoint_dir: str | os.PathLike, require_marker: bool =
     return None
 
 
-def _checkpoints(output_dir: str) -> list[tuple[int, str]]:
+def checkpoint_folders(output_dir: str) -> list[tuple[int, str]]:
+    """The `checkpoint-N` folders of `output_dir`, complete or not, as `(N, name)` from the oldest step."""
     if not os.path.isdir(output_dir):
         return []
     found = []
@@ -358,7 +347,9 @@ def _checkpoints(output_dir: str) -> list[tuple[int, str]]:
 
 def _marked(output_dir: str) -> bool:
     # the run that wrote these checkpoints marks complete ones: a checkpoint without the marker is then incomplete
-    return any(os.path.isfile(os.path.join(output_dir, name, COMPLETE_MARKER)) for _, name in _checkpoints(output_dir))
+    return any(
+        os.path.isfile(os.path.join(output_dir, name, COMPLETE_MARKER)) for _, name in checkpoint_folders(output_dir)
+    )
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> tuple[str | None, list[tuple[str, str]]]:
@@ -369,7 +360,7 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> tuple[str | None,
     as transformers does.
     """
     output_dir = str(output_dir)
-    checkpoints = _checkpoints(output_dir)
+    checkpoints = checkpoint_folders(output_dir)
     marked = _marked(output_dir)
     skipped = []
     for _, name in reversed(checkpoints):
@@ -378,98 +369,6 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> tuple[str | None,
             return os.path.join(output_dir, name), skipped
         skipped.append((name, problem))
     return None, skipped
-
-
-def resolve_resume_checkpoint(
-    resume_from_checkpoint: str | bool | None, output_dir: str, verbose: bool = True
-) -> str | None:
-    """The checkpoint folder a `resume_from_checkpoint` setting names: the newest complete checkpoint for `True` (one
-    piece of `pacs.grpo.resume.resume_decision`, which is the function to call).
-
-    `True` (or the strings "true", "last", "latest" of a command line) picks [`last_complete_checkpoint`] of
-    `output_dir` and logs each newer folder it skipped; a named folder that is incomplete is a `ValueError` saying
-    what is missing. `"auto"` is `True` when `output_dir` has a complete checkpoint and `None` (start fresh) when it
-    has none. `None` / `False` resume nothing. `verbose=False` logs nothing (processes other than the main).
-    """
-    log = logger.warning if verbose else logger.debug
-    if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.lower() in ("true", "last", "latest"):
-        resume_from_checkpoint = True
-    if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.lower() == AUTO:
-        resume_from_checkpoint = last_complete_checkpoint(output_dir)[0] is not None or None
-    if resume_from_checkpoint is None or resume_from_checkpoint is False:
-        return None
-    if resume_from_checkpoint is True:
-        path, skipped = last_complete_checkpoint(output_dir)
-        for name, reason in skipped:
-            log("Not resuming from %s: %s.", os.path.join(output_dir, name), reason)
-        if path is None:
-            detail = "; ".join(f"{name}: {reason}" for name, reason in skipped) or "no checkpoint-N folder"
-            raise ValueError(
-                f"resume_from_checkpoint=True found no complete checkpoint in {output_dir} ({detail}). Start without "
-                "resume_from_checkpoint, or name a checkpoint folder."
-            )
-        logger.debug("The newest complete checkpoint is %s.", path)  # the resume decision logs what it decides
-        return path
-    path = str(resume_from_checkpoint)
-    run_dir = os.path.dirname(os.path.abspath(path))
-    problem = checkpoint_problem(path, require_marker=_marked(run_dir))
-    if problem is not None:
-        newest, _ = last_complete_checkpoint(run_dir)
-        fix = (
-            f"The newest complete checkpoint there is {newest}: name it, or pass resume_from_checkpoint=True to take "
-            "it."
-            if newest is not None
-            else f"{run_dir} has no complete checkpoint: start without resume_from_checkpoint."
-        )
-        raise ValueError(f"Cannot resume from {path}: {problem}. {fix}")
-    if not os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
-        log(
-            "%s has no %s: saved by another trainer or an older pacs; resuming from it as transformers would.",
-            path,
-            COMPLETE_MARKER,
-        )
-    return path
-
-
-def finished_run(checkpoint: str | os.PathLike | None, args) -> str | None:
-    """Why a run resumed from `checkpoint` with training arguments `args` has nothing left to train, or `None`.
-
-    Finished means the checkpoint's step is at least `args.max_steps` or, without `max_steps`, that its epoch has
-    reached `args.num_train_epochs` (read from its `trainer_state.json`). Resumed from there, transformers would train
-    one step more than asked; the caller trains nothing instead, and keeps the final model it saved before.
-
-    >>> import json, os, tempfile, types
-    >>> ckpt = os.path.join(tempfile.mkdtemp(), "checkpoint-4")
-    >>> os.makedirs(ckpt)
-    >>> with open(os.path.join(ckpt, "trainer_state.json"), "w") as f:
-    ...     json.dump({"global_step": 4, "epoch": 0.5}, f)
-    >>> args = types.SimpleNamespace(output_dir="out", max_steps=4, num_train_epochs=3.0)
-    >>> finished_run(ckpt, args).split(":")[0]
-    'The run is finished'
-    >>> args.max_steps = 6  # extends the run
-    >>> finished_run(ckpt, args) is None
-    True
-    """
-    if checkpoint is None:
-        return None
-    try:
-        with open(os.path.join(str(checkpoint), TRAINER_STATE)) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        return None  # nothing to judge by; transformers' own loading reports an unreadable state
-    step, epoch = state.get("global_step", 0), state.get("epoch") or 0.0
-    if args.max_steps > 0:
-        if step < args.max_steps:
-            return None
-        where = f"step {step}, and max_steps is {args.max_steps}"
-    else:
-        if epoch < args.num_train_epochs - 1e-9:  # the last step's epoch is num_train_epochs up to rounding
-            return None
-        where = f"epoch {epoch:g}, and num_train_epochs is {args.num_train_epochs:g}"
-    return (
-        f"The run is finished: {checkpoint} is at {where}. Nothing is trained and the final model in "
-        f"{args.output_dir} is kept; pass a larger max_steps (or num_train_epochs) to train further."
-    )
 
 
 def rotate_after_marker(run_dir: str, save_total_limit, best_model_checkpoint, legacy_rotate=None) -> None:

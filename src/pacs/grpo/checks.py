@@ -8,7 +8,7 @@ and `pacs eval` share them; what a run checks while it runs (reward outputs, bat
 
 - [`check_train_dataset`]: the dataset has a `prompt` column (unless an environment supplies the prompts) and rows,
   and every reward function can be called with the keywords TRL will pass it (its own, see
-  `pacs._compat.TRL_REWARD_KWARGS`, plus the dataset's columns). It refuses only what `GRPOTrainer` cannot train on;
+  `_compat.TRL_REWARD_KWARGS`, plus the dataset's columns). It refuses only what `GRPOTrainer` cannot train on;
   where it cannot tell (a rollout function adding fields, a stream of unknown columns), it lets the data through.
 - [`check_trainer_datasets`]: the same for every dataset a trainer is given.
 - [`check_model_path`]: a model argument that is meant as a local directory exists (hub ids by `huggingface_hub`'s
@@ -34,7 +34,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._compat import TRL_REWARD_KWARGS
+from ._compat import TRL_REWARD_KWARGS
 from .model_checks import check_model_folder, check_model_path  # noqa: F401 (re-exported: this module's public names)
 
 
@@ -93,7 +93,7 @@ def check_train_dataset(
     """Fail early, with the fix, when `dataset` cannot be trained on with `reward_funcs`.
 
     Checks that `dataset` has a `prompt` column and at least one row, and that every callable reward function can be
-    called the way TRL calls it: with keywords only, namely `pacs._compat.TRL_REWARD_KWARGS` and every dataset column except
+    called the way TRL calls it: with keywords only, namely `_compat.TRL_REWARD_KWARGS` and every dataset column except
     `prompt`/`completion`/`completion_ids`. A required parameter (no default) that is none of these is a missing
     column; a function without `**kwargs` must name every keyword TRL passes. Reward models (`nn.Module`s or
     hub ids) are not checked. For an `IterableDataset` whose columns are unknown (no `features`), the column checks are
@@ -158,7 +158,7 @@ def check_train_dataset(
 
 def reward_keywords(reward_funcs: Callable | Sequence[Callable | str]) -> list[str]:
     """The keywords the callable `reward_funcs` name in their signatures beyond what TRL passes on its own
-    (`pacs._compat.TRL_REWARD_KWARGS`): the dataset columns they can read, in order of first mention.
+    (`_compat.TRL_REWARD_KWARGS`): the dataset columns they can read, in order of first mention.
 
     >>> def needs_hint(completions, hint, solution=None, **kwargs): ...
     >>> reward_keywords([needs_hint])

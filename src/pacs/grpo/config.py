@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .._compat import prefer_activation_checkpointing
+from ._compat import prefer_activation_checkpointing
 
 
 __all__ = ["HardenedGRPOConfig"]
@@ -20,7 +20,7 @@ class HardenedGRPOConfig(GRPOConfig):
     The differences from `GRPOConfig`:
 
     - `gradient_checkpointing` (GRPOConfig's default, and the recipes' key) is carried over to transformers 5's
-      `activation_checkpointing` before transformers warns about the old name (`pacs._compat`).
+      `activation_checkpointing` before transformers warns about the old name (`_compat`).
     - `vllm_server_read_timeout`: a read timeout for TRL's vLLM client in server mode.
     - `pacs_max_skipped_steps` (the `pacs_` prefix is this package's namespace, as `PACSConfig`'s fields use it): the
       non-finite gradient guard's patience.

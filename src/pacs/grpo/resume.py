@@ -5,54 +5,65 @@ frozen answer: the checkpoint folder to resume from (or `None`: a fresh start), 
 there, and why. Every process decides once and everyone else reads the answer: `pacs train`'s launching process
 (before `accelerate launch`: its refusals end the command with one line, exit 2), every process it starts (before
 the model loads; `pacs train` hands the answer to the trainer), and `HardenedGRPOTrainer.train` when it is called
-with a setting instead of an answer (then `save_model` reads it too). The policy:
+with a setting instead of an answer (then `save_model` reads it too). The rules, each here:
 
 1. **An elastic restart resumes by itself.** A worker group restarted by torchrun's agent (`--max_restarts N`,
    `TORCHELASTIC_RESTART_COUNT` > 0) takes `auto` whatever the recipe says: the newest complete checkpoint of
    `output_dir`, so that the restarted run continues where the first attempt's last complete checkpoint stands.
 2. **`auto`** resumes from the newest complete checkpoint of `output_dir` if there is one, else starts fresh: a recipe
    can carry it from the first launch on. `true` insists on a checkpoint; a folder names one
-   (`pacs.grpo.checkpoints.resolve_resume_checkpoint`: incomplete checkpoints are skipped, saying why).
+   ([`resolve_resume_checkpoint`]: incomplete checkpoints are skipped, saying why; which are complete is
+   `pacs.grpo.checkpoints`').
 3. **Another run's checkpoint is refused.** The checkpoint's completion marker records its run identity
    (`pacs.grpo.checkpoints.run_identity`: model, world size, batch settings); a resume whose identity differs is
    refused, and a world size that differs says what can be done instead (the optimizer shards and a rollout are per
    process): DeepSpeed's universal checkpoint, or a weights-only restart from the checkpoint's model.
-4. **A finished run trains nothing** (`pacs.grpo.checkpoints.finished_run`): resumed from a checkpoint at `max_steps`
-   (or at the end of its last epoch), transformers would train one more step and the script would rewrite the final
-   model; the answer says `finished`, and the trainer keeps the final model. A larger `max_steps` extends the run.
-5. **A fresh start does not write over checkpoints** (`pacs train`: `overwrite_output_dir` given). Starting without
-   a resume in an `output_dir` that holds `checkpoint-N` folders is refused unless `overwrite_output_dir` is set,
-   which deletes them first (so that a later `auto` cannot pick up the old run's). A trainer built in Python passes
-   no `overwrite_output_dir`: it writes into the folder as transformers does.
+4. **A finished run trains nothing** ([`finished_run`]): resumed from a checkpoint at `max_steps` (or at the end of
+   its last epoch), transformers would train one more step and the script would rewrite the final model; the answer
+   says `finished`, and the trainer keeps the final model. A larger `max_steps` extends the run.
 
-One run per output folder is `pacs.grpo.run_lock`'s: `pacs train` takes the folder's lock before it decides.
+A trainer built in Python writes a fresh start into its folder as transformers does. What `pacs train` adds around
+the decision, one run per output folder and a fresh start that does not write over an earlier run's checkpoints
+(`overwrite_output_dir`), is `pacs.run_lock`'s.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass
 
 from .checkpoints import (
-    AUTO,
-    _checkpoints,
-    finished_run,
+    COMPLETE_MARKER,
+    TRAINER_STATE,
+    _marked,
+    checkpoint_problem,
     identity_mismatch,
     last_complete_checkpoint,
     read_marker,
-    resolve_resume_checkpoint,
 )
 
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Resume", "ResumeRefused", "remove_checkpoints", "restart_count", "resume_decision"]
+__all__ = [
+    "AUTO",
+    "Resume",
+    "ResumeRefused",
+    "finished_run",
+    "resolve_resume_checkpoint",
+    "restart_count",
+    "resume_asked",
+    "resume_decision",
+]
+
+AUTO = "auto"
+"""`resume_from_checkpoint: auto`: the newest complete checkpoint of `output_dir` if there is one, else a fresh start."""
 
 
 class ResumeRefused(ValueError):
-    """A resume (or a fresh start) that `pacs train` refuses before any model loads; the message is one line."""
+    """A resume that is refused before any model loads (`pacs train`: exit 2); the message is one line."""
 
 
 def restart_count() -> int:
@@ -60,7 +71,10 @@ def restart_count() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
-def _asked(resume) -> bool:
+def resume_asked(resume_from_checkpoint) -> bool:
+    """Whether the setting asks for a resume at all (`auto`, `true`, a folder), as opposed to a fresh start (unset,
+    `false`, `none`)."""
+    resume = resume_from_checkpoint
     return resume not in (None, False, "") and str(resume).lower() not in ("false", "no", "none")
 
 
@@ -83,7 +97,7 @@ def resume_decision(
     resume_from_checkpoint: str | bool | None,
     args,
     identity: dict,
-    overwrite_output_dir: bool | None = None,
+    *,
     verbose: bool = True,
 ) -> Resume:
     """How this process's run resumes (see the module docstring): call it once per process, and pass the answer on.
@@ -92,9 +106,6 @@ def resume_decision(
         resume_from_checkpoint (`str` or `bool`): The user's setting: unset, `auto`, `true`, or a checkpoint folder.
         args (`TrainingArguments`): The run's; `output_dir`, `max_steps` and `num_train_epochs` are read.
         identity (`dict`): This run's `pacs.grpo.checkpoints.run_identity` (its world size: all processes).
-        overwrite_output_dir (`bool`, *optional*): `pacs train`'s setting: with `False`, a fresh start in an
-            `output_dir` holding checkpoints is refused; with `True`, allowed (the caller deletes them). `None`: no
-            such policy (a trainer built in Python writes into the folder as transformers does).
         verbose (`bool`): Log at warning/info level (the launching process, or process 0); the others log at debug.
 
     Returns:
@@ -108,14 +119,7 @@ def resume_decision(
     if restart_count() > 0:
         log("Elastic restart %d: resuming from the newest complete checkpoint of %s.", restart_count(), output_dir)
         resume_from_checkpoint = AUTO
-    if not _asked(resume_from_checkpoint):
-        found = _checkpoints(output_dir)
-        if found and overwrite_output_dir is False:
-            raise ResumeRefused(
-                f"{output_dir} already holds the checkpoints of a run (newest: {found[-1][1]}): pass "
-                "--resume_from_checkpoint auto to continue it, --overwrite_output_dir true to delete them and start "
-                "anew, or another --output_dir."
-            )
+    if not resume_asked(resume_from_checkpoint):
         answer = Resume(None, False, "a fresh start: no resume asked for")
     else:
         path = _resolve(resume_from_checkpoint, output_dir, verbose)
@@ -174,12 +178,93 @@ def _check_identity(path: str, identity: dict) -> None:
     )
 
 
-def remove_checkpoints(output_dir: str) -> list[str]:
-    """Delete the `checkpoint-N` folders of `output_dir` (`overwrite_output_dir` on a fresh start); returns them."""
-    removed = []
-    for _, name in _checkpoints(output_dir):
-        shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
-        removed.append(name)
-    if removed:
-        logger.warning("overwrite_output_dir: deleted %s of %s before starting anew.", ", ".join(removed), output_dir)
-    return removed
+def resolve_resume_checkpoint(
+    resume_from_checkpoint: str | bool | None, output_dir: str, verbose: bool = True
+) -> str | None:
+    """The checkpoint folder a `resume_from_checkpoint` setting names: the newest complete checkpoint for `True` (one
+    piece of [`resume_decision`], which is the function to call).
+
+    `True` (or the strings "true", "last", "latest" of a command line) picks [`last_complete_checkpoint`] of
+    `output_dir` and logs each newer folder it skipped; a named folder that is incomplete is a `ValueError` saying
+    what is missing. `"auto"` is `True` when `output_dir` has a complete checkpoint and `None` (start fresh) when it
+    has none. `None` / `False` resume nothing. `verbose=False` logs nothing (processes other than the main).
+    """
+    log = logger.warning if verbose else logger.debug
+    if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.lower() in ("true", "last", "latest"):
+        resume_from_checkpoint = True
+    if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.lower() == AUTO:
+        resume_from_checkpoint = last_complete_checkpoint(output_dir)[0] is not None or None
+    if resume_from_checkpoint is None or resume_from_checkpoint is False:
+        return None
+    if resume_from_checkpoint is True:
+        path, skipped = last_complete_checkpoint(output_dir)
+        for name, reason in skipped:
+            log("Not resuming from %s: %s.", os.path.join(output_dir, name), reason)
+        if path is None:
+            detail = "; ".join(f"{name}: {reason}" for name, reason in skipped) or "no checkpoint-N folder"
+            raise ValueError(
+                f"resume_from_checkpoint=True found no complete checkpoint in {output_dir} ({detail}). Start without "
+                "resume_from_checkpoint, or name a checkpoint folder."
+            )
+        logger.debug("The newest complete checkpoint is %s.", path)  # the resume decision logs what it decides
+        return path
+    path = str(resume_from_checkpoint)
+    run_dir = os.path.dirname(os.path.abspath(path))
+    problem = checkpoint_problem(path, require_marker=_marked(run_dir))
+    if problem is not None:
+        newest, _ = last_complete_checkpoint(run_dir)
+        fix = (
+            f"The newest complete checkpoint there is {newest}: name it, or pass resume_from_checkpoint=True to take "
+            "it."
+            if newest is not None
+            else f"{run_dir} has no complete checkpoint: start without resume_from_checkpoint."
+        )
+        raise ValueError(f"Cannot resume from {path}: {problem}. {fix}")
+    if not os.path.isfile(os.path.join(path, COMPLETE_MARKER)):
+        log(
+            "%s has no %s: saved by another trainer or an older pacs; resuming from it as transformers would.",
+            path,
+            COMPLETE_MARKER,
+        )
+    return path
+
+
+def finished_run(checkpoint: str | os.PathLike | None, args) -> str | None:
+    """Why a run resumed from `checkpoint` with training arguments `args` has nothing left to train, or `None`.
+
+    Finished means the checkpoint's step is at least `args.max_steps` or, without `max_steps`, that its epoch has
+    reached `args.num_train_epochs` (read from its `trainer_state.json`). Resumed from there, transformers would train
+    one step more than asked; the caller trains nothing instead, and keeps the final model it saved before.
+
+    >>> import json, os, tempfile, types
+    >>> ckpt = os.path.join(tempfile.mkdtemp(), "checkpoint-4")
+    >>> os.makedirs(ckpt)
+    >>> with open(os.path.join(ckpt, "trainer_state.json"), "w") as f:
+    ...     json.dump({"global_step": 4, "epoch": 0.5}, f)
+    >>> args = types.SimpleNamespace(output_dir="out", max_steps=4, num_train_epochs=3.0)
+    >>> finished_run(ckpt, args).split(":")[0]
+    'The run is finished'
+    >>> args.max_steps = 6  # extends the run
+    >>> finished_run(ckpt, args) is None
+    True
+    """
+    if checkpoint is None:
+        return None
+    try:
+        with open(os.path.join(str(checkpoint), TRAINER_STATE)) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return None  # nothing to judge by; transformers' own loading reports an unreadable state
+    step, epoch = state.get("global_step", 0), state.get("epoch") or 0.0
+    if args.max_steps > 0:
+        if step < args.max_steps:
+            return None
+        where = f"step {step}, and max_steps is {args.max_steps}"
+    else:
+        if epoch < args.num_train_epochs - 1e-9:  # the last step's epoch is num_train_epochs up to rounding
+            return None
+        where = f"epoch {epoch:g}, and num_train_epochs is {args.num_train_epochs:g}"
+    return (
+        f"The run is finished: {checkpoint} is at {where}. Nothing is trained and the final model in "
+        f"{args.output_dir} is kept; pass a larger max_steps (or num_train_epochs) to train further."
+    )

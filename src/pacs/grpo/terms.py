@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .._compat import MULTIMODAL_KEYS
+from ._compat import MULTIMODAL_KEYS
 
 
 __all__ = ["forward_inputs", "loss_mask"]

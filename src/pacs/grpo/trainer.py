@@ -10,11 +10,11 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   resume with the buffered rollout, no training past a finished run (`pacs.grpo.resume.resume_decision`, made once),
   TRL's prompt order in every epoch after a resume (`pacs.grpo.sampler`).
 - **vLLM** (`pacs.grpo.vllm_sync`): the drift-free LoRA push, the stale-weights monitor, `pacs/is_*` metrics;
-  **mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
+  **mixture-of-experts generation** without router logits (`_compat.no_router_logits`).
 - **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): generation batches of groups whose rewards
   differ, topped up with rounds of fresh prompts; `_per_token_logps` / `_logps_without_grad`: a batch's log-probs.
 
-Each TRL method below is overridden here and nowhere else (`pacs._compat.check_trl` checks at import that TRL still
+Each TRL method below is overridden here and nowhere else (`_compat.check_trl` checks at import that TRL still
 has them). A subclass extends the named points instead; each receives what it acts on and returns what it adds, and
 none reads another's data from the trainer. None runs before `GRPOTrainer.__init__` (what a subclass derives from
 its config belongs to the config: its `__post_init__` checks it). In this order, for every generation batch of mode
@@ -57,8 +57,8 @@ from trl import GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 from trl.trainer.utils import RepeatSampler
 
-from .._compat import check_trl, no_router_logits, only_tied_keys_missing
 from . import dynamic_sampling as ds
+from ._compat import check_trl, no_router_logits, only_tied_keys_missing
 from .checkpoints import (
     COMPLETE_MARKER,
     ROLLOUT_DIR,
@@ -79,7 +79,7 @@ from .metrics import group_outcome_shares
 from .resume import Resume, resume_decision
 from .sampler import EpochRepeatSampler
 from .terms import forward_inputs
-from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
+from .vllm_sync import SamplingGapMonitor, add_read_timeout, importance_sampling_metrics, install_lora_push
 
 
 check_trl()
@@ -208,7 +208,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
 
     def _generate_single_turn(self, *args, **kwargs):
         training = self.model.training
-        with no_router_logits(self.model):  # MoE generation with router logits fails (see `pacs._compat`)
+        with no_router_logits(self.model):  # MoE generation with router logits fails (see `_compat`)
             result = super()._generate_single_turn(*args, **kwargs)
         if self.model.training != training:  # TRL's continuous batching calls `train()` after generating, even in eval
             self.model.train(training)
@@ -258,17 +258,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         # vLLM's sampling log-probs vs the trainer's: stale weights show (`pacs.grpo.vllm_sync`)
         self._record(mode, self._sampling_monitor(self, output, mode))
         output = self._after_monitors(output, mode)
-        is_ratio = output.get("importance_sampling_ratio")
-        if is_ratio is not None:  # vLLM correction: how much of the batch it drops (mask modes) and its mean ratio
-            ratio = self.accelerator.gather(is_ratio.reshape(output["prompt_ids"].size(0), -1)[:, 0])  # (B_world,)
-            kept = ratio > 0
-            self._record(
-                mode,
-                {
-                    "pacs/is_masked_frac": (~kept).float().mean().item(),
-                    "pacs/is_ratio_mean": ratio[kept].mean().item() if kept.any() else 0.0,
-                },
-            )
+        self._record(mode, importance_sampling_metrics(output, self.accelerator.gather))  # vLLM's correction
         return output
 
     def _generate_round(self, inputs) -> dict:
@@ -446,7 +436,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self.accelerator.wait_for_everyone()  # no process trains on before the checkpoint is complete
 
     def _issue_warnings_after_load(self, load_result):
-        # a tied `lm_head.weight` that the checkpoint stores once is not missing: tie it, no warning (`pacs._compat`)
+        # a tied `lm_head.weight` that the checkpoint stores once is not missing: tie it, no warning (`_compat`)
         missing = getattr(load_result, "missing_keys", None)
         if hasattr(load_result, "_replace") and only_tied_keys_missing(self.model, missing):
             self.model.tie_weights()

@@ -13,10 +13,11 @@
    (`vllm_importance_sampling_correction`); the recipes turn the correction off, as the authors do, and then a weight
    push that silently fails (TRL #5312) leaves vLLM sampling from stale weights with nothing logged.
    `SamplingGapMonitor` returns TRL's own metrics, `sampling/sampling_logp_difference/{mean,max}`, computed as TRL does,
-   at every generation when TRL does not, and warns once when the mean gap exceeds `STALE_GAP`.
+   at every generation when TRL does not, and warns once when the mean gap exceeds `STALE_GAP`. When the correction is
+   on, `importance_sampling_metrics` says how it weighs each batch (`pacs/is_masked_frac`, `pacs/is_ratio_mean`).
 
 Both are installed by `HardenedGRPOTrainer` (`__init__` and `_generate_and_score_completions`). What they need from TRL is
-checked at import (`pacs._compat.check_trl`).
+checked at import (`_compat.check_trl`).
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ import torch
 from accelerate.utils import is_peft_model
 from trl.generation.vllm_generation import VLLMGeneration
 
-from .._compat import VLLM_PARAM_ITERATOR, replace_method
+from ._compat import VLLM_PARAM_ITERATOR, replace_method
 from .terms import loss_mask
 
 
 __all__ = [
-    "STALE_GAP", "SamplingGapMonitor", "add_read_timeout", "install_lora_push", "iter_merged_params", "merged_tensor",
-    "sampling_gap",
+    "STALE_GAP", "SamplingGapMonitor", "add_read_timeout", "importance_sampling_metrics", "install_lora_push",
+    "iter_merged_params", "merged_tensor", "sampling_gap",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ def _warn_round_trip(generation, why: str) -> None:
 def install_lora_push(trainer) -> None:
     """Push a PEFT model to vLLM with `iter_merged_params` instead of TRL's in-place merge; no-op without vLLM or PEFT.
 
-    Replaces `_iter_named_params` on the trainer's `vllm_generation` instance only (`pacs._compat.replace_method`):
+    Replaces `_iter_named_params` on the trainer's `vllm_generation` instance only (`_compat.replace_method`):
     `sync_weights` (colocate and server mode) reads the parameters through it, and nothing else changes.
     """
     generation = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
@@ -223,6 +224,30 @@ def _trainer_logps(trainer, output: dict, mode: str) -> torch.Tensor:
     args = trainer.args
     batch_size = args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size
     return trainer._logps_without_grad(trainer.model, output, batch_size)
+
+
+def importance_sampling_metrics(output: dict, gather) -> dict[str, float]:
+    """How vLLM's importance-sampling correction (`vllm_importance_sampling_correction`) weighs one generation batch,
+    over every process (each calls it: it gathers): `pacs/is_masked_frac`, the share of completions its mask modes
+    drop (ratio 0), and `pacs/is_ratio_mean`, the mean ratio of the others; `{}` when TRL applied no correction.
+
+    Args:
+        output (`dict`): The batch (this process's rows), with TRL's `importance_sampling_ratio` `(B,)` or `(B, T)`.
+        gather (`Callable`): `accelerator.gather`.
+
+    >>> importance_sampling_metrics({"importance_sampling_ratio": torch.tensor([0.0, 0.5, 1.5, 0.0]),
+    ...                              "prompt_ids": torch.zeros(4, 3)}, gather=lambda t: t)
+    {'pacs/is_masked_frac': 0.5, 'pacs/is_ratio_mean': 1.0}
+    """
+    is_ratio = output.get("importance_sampling_ratio")
+    if is_ratio is None:
+        return {}
+    ratio = gather(is_ratio.reshape(output["prompt_ids"].size(0), -1)[:, 0])  # (B_world,): one ratio per completion
+    kept = ratio > 0
+    return {
+        "pacs/is_masked_frac": (~kept).float().mean().item(),
+        "pacs/is_ratio_mean": ratio[kept].mean().item() if kept.any() else 0.0,
+    }
 
 
 def add_read_timeout(client, seconds: float | None) -> None:

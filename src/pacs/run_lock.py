@@ -1,7 +1,10 @@
-"""One run per output folder, and no orphaned workers.
+"""`pacs train`'s output folder: one run at a time, a fresh start that does not write over an earlier run's
+checkpoints, and no orphaned workers.
 
 Two runs writing into one `output_dir` corrupt each other's checkpoints without a word (a rerun after `kill -9` of a
-launcher whose workers trained on did exactly that). So:
+launcher whose workers trained on did exactly that), and a fresh start among an earlier run's checkpoints leaves them
+for a later `--resume_from_checkpoint auto` to pick up. So, around the resume decision (`pacs.grpo.resume`), which
+`pacs train` makes after these:
 
 - [`hold_output_dir`]: the run's first process (global rank 0) takes the folder's lock, [`LOCK_FILE`] in `output_dir`,
   recording its host, process id and start time, before any model loads, and holds it until it exits (an `atexit`
@@ -10,6 +13,9 @@ launcher whose workers trained on did exactly that). So:
   refreshed for longer than the process-group timeout (`ddp_timeout`) -- is taken over with a warning that says so.
   The lock is re-entrant within a process. [`check_output_dir`] refuses the same way without taking the lock: what a
   launching process does before it starts the workers (one of which takes it).
+- [`clear_for_fresh_start`]: a fresh start (no resume asked for, not an elastic restart) in an `output_dir` that holds
+  `checkpoint-N` folders is refused ([`OutputDirInUse`], one line) unless `overwrite_output_dir` is set, which deletes
+  them first. A trainer built in Python has no such policy: it writes into the folder as transformers does.
 - [`stop_with_launcher`]: a launched worker stops when its launcher is gone (`prctl(PR_SET_PDEATHSIG, SIGKILL)` on
   Linux, a watch on the parent process elsewhere), so a rerun after `kill -9` of the launcher never races orphans.
   torchrun's agent starts the workers in sessions of their own: killing the launcher's process group does not reach
@@ -31,6 +37,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -47,6 +54,7 @@ __all__ = [
     "OutputDirInUse",
     "RunLock",
     "check_output_dir",
+    "clear_for_fresh_start",
     "hold_output_dir",
     "read_lock",
     "release_output_dir",
@@ -60,7 +68,8 @@ REFRESH_S = 60.0
 
 
 class OutputDirInUse(ValueError):
-    """A live run holds the output folder; the message is one line."""
+    """The output folder is another run's: a live run holds it, or a fresh start would write over an earlier run's
+    checkpoints; the message is one line."""
 
 
 @dataclass
@@ -207,6 +216,36 @@ def release_output_dir(output_dir: str) -> None:
     held = _HELD.get(os.path.realpath(output_dir))
     if held is not None:
         held.release()
+
+
+def clear_for_fresh_start(
+    output_dir: str, resume_from_checkpoint, overwrite_output_dir: bool, delete: bool = False
+) -> list[str]:
+    """`pacs train`'s overwrite policy, before the resume decision: a fresh start in an `output_dir` holding
+    `checkpoint-N` folders is refused unless `overwrite_output_dir`; with it, `delete=True` (the one process that may:
+    machine 0's first) deletes them. A resume asked for (`auto`, `true`, a folder) or an elastic restart is left to
+    the resume decision. Returns the deleted folders' names; raises [`OutputDirInUse`] (one line)."""
+    from pacs.grpo.checkpoints import checkpoint_folders  # the lock itself stays quick to import (stdlib only)
+    from pacs.grpo.resume import restart_count, resume_asked
+
+    if resume_asked(resume_from_checkpoint) or restart_count() > 0:
+        return []
+    found = checkpoint_folders(output_dir)
+    if not found:
+        return []
+    if not overwrite_output_dir:
+        raise OutputDirInUse(
+            f"{output_dir} already holds the checkpoints of a run (newest: {found[-1][1]}): pass "
+            "--resume_from_checkpoint auto to continue it, --overwrite_output_dir true to delete them and start "
+            "anew, or another --output_dir."
+        )
+    if not delete:
+        return []
+    for _, name in found:
+        shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
+    removed = [name for _, name in found]
+    logger.warning("overwrite_output_dir: deleted %s of %s before starting anew.", ", ".join(removed), output_dir)
+    return removed
 
 
 def stop_with_launcher() -> None:
