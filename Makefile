@@ -124,7 +124,7 @@ gpu-rehearsal: gpu-bundle
 	rm -rf $$v/results; start=$$(date +%s); \
 	PYTHON=$$py GPU_EXTRA_WHEELS=$$v/abi-wheels GPU_RESULTS=$$v/results GPU_CHECK_ARGS=--rehearse \
 	  bash benchmarks/gpu_run.sh || true; \
-	$$py benchmarks/gpu_check.py --verify $$v/results/gpu_check.json; \
+	$$py -m benchmarks.gpu_check --verify $$v/results/gpu_check.json; \
 	echo "gpu-rehearsal: $$(( $$(date +%s) - start )) s for the install and the check"
 
 lint:

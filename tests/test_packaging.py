@@ -275,7 +275,7 @@ def test_no_test_launches_on_a_fixed_port():
         if fixed.search(line)
     ]
     assert not found, found
-    from pacs.testing import accelerate_launch
+    from tests.launching import accelerate_launch
 
     command = accelerate_launch()
     assert command[-2] == "--main_process_port" and int(command[-1]) != 29500

@@ -15,13 +15,8 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from pacs.grpo import HardenedGRPOTrainer
 from pacs.grpo.vllm_sync import STALE_GAP, SamplingGapMonitor, install_lora_push, iter_merged_params, sampling_gap
-from pacs.testing import (
-    ZERO3_CPU_ACCELERATE_CONFIG,
-    accelerate_launch,
-    build_qwen3,
-    build_tiny_tokenizer,
-    run_launched,
-)
+from pacs.testing import build_qwen3, build_tiny_tokenizer
+from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +160,7 @@ from peft import LoraConfig
 from trl.distributed import DistributedBackend
 from trl.generation.vllm_generation import VLLMGeneration
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 from pacs.grpo.vllm_sync import iter_merged_params
 
 def parity_reward(completions, **kwargs):

@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from pacs import PACSTrainer
 from pacs.grpo.guards import METRIC
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):

@@ -26,7 +26,7 @@ from datasets import Dataset
 from train_tiny import flat_parameters, parity_reward  # the same directory
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 def hard_reward(prompts, completions, **kwargs):

@@ -18,7 +18,7 @@ from datasets import Dataset
 from train_tiny import train_and_record  # the same directory
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):

@@ -12,7 +12,7 @@ from datasets import Dataset
 
 from pacs import PACSTrainer
 from pacs.grpo.vllm_sync import STALE_GAP
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 pytestmark = pytest.mark.vllm

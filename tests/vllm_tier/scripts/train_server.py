@@ -23,7 +23,7 @@ import sys
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):
