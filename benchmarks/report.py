@@ -30,19 +30,24 @@ def machine_markdown(info: dict) -> str:
 
 
 def command(argv: list[str], script: str) -> str:
-    """`python <script> <args>` of a run's `argv`, the script named from `benchmarks/` as it was when the run was made.
+    """The command of a run's `argv`: `python -m benchmarks.<study>.<script> <args>`, the command that reruns it from
+    the repository root, for a script at the path the run names (from `benchmarks/` on).
 
-    Runs made before the studies got their folders name `benchmarks/<script>.py`; `script` (the path today) stands in
-    where argv[0] does not name a folder called benchmarks.
+    Runs made before the studies got their folders name `benchmarks/<script>.py`, which is gone: they keep the command
+    they ran. `script` (the path today) stands in where argv[0] does not name a folder called benchmarks.
 
     >>> command(["/work/main/benchmarks/learning.py", "--jobs", "2"], "benchmarks/learning/learning.py")
-    'python -m benchmarks.learning --jobs 2'
+    'python benchmarks/learning.py --jobs 2'
+    >>> command(["/work/main/benchmarks/learning/learning.py", "--smoke"], "benchmarks/learning/learning.py")
+    'python -m benchmarks.learning.learning --smoke'
     >>> command(["learning.py", "--smoke"], "benchmarks/learning/learning.py")
     'python -m benchmarks.learning.learning --smoke'
     """
     parts = Path(argv[0]).parts
     if "benchmarks" in parts:
         script = "/".join(parts[len(parts) - 1 - parts[::-1].index("benchmarks") :])
+    if (Path(__file__).resolve().parent.parent / script).is_file():  # today's script: run as a module
+        return " ".join(["python", "-m", script.removesuffix(".py").replace("/", "."), *argv[1:]])
     return " ".join(["python", script, *argv[1:]])
 
 

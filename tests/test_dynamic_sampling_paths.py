@@ -1,6 +1,6 @@
 """Dynamic sampling (`pacs.grpo.dynamic_sampling`) on the paths beside plain generation: tools and environments,
 `num_iterations > 1`, and DeepSpeed ZeRO-3 on two processes. vLLM colocate and server mode and the LoRA push with it
-on: tests/vllm/test_dynamic_sampling_vllm.py.
+on: tests/vllm_tier/test_dynamic_sampling_vllm.py.
 
 - Tools and environments: TRL builds each call's tool dicts and draws its environment instances from its pool per
   generation call, so every round gets its own and scores its own rollouts; the assembled batch keeps `tool_mask`.

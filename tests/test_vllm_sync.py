@@ -1,5 +1,5 @@
 """`pacs.grpo.vllm_sync` without vLLM: the out-of-place LoRA merge against peft's own merge (through TRL's push), and the
-weight-sync monitor on hand-made tensors. With the real engine: tests/vllm/test_vllm_sync.py."""
+weight-sync monitor on hand-made tensors. With the real engine: tests/vllm_tier/test_vllm_sync.py."""
 
 import contextlib
 import json

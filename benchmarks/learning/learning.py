@@ -23,7 +23,7 @@ r = beta * sum_t log-ratio sums ~32 tokens. Steps:
    every `--eval-every` steps. Per seed the prompt order is the same for all configs (TRL's `RepeatSampler` is seeded
    by `args.seed` in all three trainers). Logged per optimizer step (`logging_steps=1`, kept in each run's
    `train_log`): reward, grad norm, TRL's token `entropy`, and PACSTrainer's critic metrics, summarised over the
-   off-policy steps by `_common.critic_summary` (per-step medians of |sigma(psi) - 1/2|, the within-group ranking
+   off-policy steps by `harness.critic_summary` (per-step medians of |sigma(psi) - 1/2|, the within-group ranking
    of psi in-sample and on each generation's first step, the Brier score on mixed groups); the share of steps where
    gradient clipping was active (pre-clip norm > 1).
 5. Each finished run is cached as JSON in `--work-dir`/learning_runs (keyed by every setting that changes it,

@@ -1,5 +1,5 @@
 """Dynamic sampling (`pacs.grpo.dynamic_sampling`) with vLLM on vLLM's CPU build: colocated (full model and LoRA) and
-in server mode (the weight push stubbed, as tests/vllm/test_trainer_vllm.py).
+in server mode (the weight push stubbed, as tests/vllm_tier/test_trainer_vllm.py).
 
 make test-vllm PYTEST_ARGS="-k dynamic_sampling"
 
