@@ -11,7 +11,7 @@ step and per generated completion, on both pinned warm starts (issue 46; protoco
 The sparsity study's task, model, RL settings and measurements (benchmarks/sparsity/, anchor.py): three-digit
 addition, a 0.49M-parameter Qwen3 from the pinned warm starts `dense-s105` and `sparse-s80`, 120 optimizer steps of
 8 prompts x 8 completions, 4 optimizer steps per generation. Arms: GRPO and GRPO + DS (through the GRPO layer,
-`pacs.grpo`: learning.py's `hardened_grpo` family), PACS rollout +- DS, the paper's method (pi_ref reset every 8
+`pacs.grpo`: rl_runs.py's `hardened_grpo` family), PACS rollout +- DS, the paper's method (pi_ref reset every 8
 generations) +- DS, and both PACS arms with uniform groups left out of the loss (`pacs_uniform_groups="drop"`, no
 DS). Dynamic sampling:
 `dynamic_sampling_max_rounds=10` (fixed by the protocol). Every run records, besides anchor.py's measurements, the
