@@ -5,7 +5,7 @@ gap and PACS's importance-sampling ratio read from the logs. No hub access: a ra
     python -m benchmarks.vllm_gpu_check --smoke --repeats 5 --out-dir benchmarks/results   # vllm_cpu.{json,md}
     python -m benchmarks.vllm_gpu_check                      # a CUDA machine with vLLM: random Qwen3-0.6B in bf16
 
-What it is for: the vLLM tier (`make test-vllm`, tests/vllm_tier/test_benchmarks_vllm.py) runs `--smoke` to show that the
+What it is for: the vLLM tier (`make test-vllm`, tests/vllm_tier/test_vllm_gpu_check.py) runs `--smoke` to show that the
 colocate path starts, trains, pushes weights and reports, for both trainers, on vLLM's CPU build
 (`.venv-vllm/bin/python -m benchmarks.vllm_gpu_check --smoke`; on a GPU `pip install "trl-pacs[vllm]"`).
 
