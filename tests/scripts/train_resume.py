@@ -23,9 +23,9 @@ import sys
 
 import torch
 from datasets import Dataset
-from train_tiny import flat_parameters, parity_reward  # the same directory
 
 from pacs import PACSTrainer
+from tests.scripts.train_tiny import flat_parameters, parity_reward
 from tests.tiny_config import tiny_pacs_config
 
 

@@ -15,9 +15,9 @@ import sys
 
 import torch
 from datasets import Dataset
-from train_tiny import train_and_record  # the same directory
 
 from pacs import PACSTrainer
+from tests.scripts.train_tiny import train_and_record
 from tests.tiny_config import tiny_pacs_config
 
 
