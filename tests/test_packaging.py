@@ -290,3 +290,15 @@ def test_the_wheel_ships_the_tiny_model_and_no_test_machinery():
     assert callable(pacs.testing.build_tiny_model) and callable(pacs.testing.build_tiny_tokenizer)
     test_only = ["free_port", "accelerate_launch", "run_launched", "ZERO3_CPU_ACCELERATE_CONFIG", "tiny_pacs_config"]
     assert not [name for name in [*test_only, "HOSTILE_COMPLETIONS"] if hasattr(pacs.testing, name)]
+
+
+def test_no_folder_on_the_import_path_is_named_after_a_package():
+    # pytest puts the repository root on sys.path and tests/conftest.py puts it on PYTHONPATH for every launched
+    # process: a folder there (or under tests/, which once was on the path) named like a package would shadow it, as
+    # tests/vllm/ once made `import vllm` find the test folder (TRL then read vLLM's version as "N/A")
+    requirements = [*PYPROJECT["project"]["dependencies"]]
+    requirements += [r for extra in PYPROJECT["project"]["optional-dependencies"].values() for r in extra]
+    packages = {canonicalize_name(Requirement(r).name).replace("-", "_") for r in requirements}
+    packages |= set(importlib.metadata.packages_distributions()) | set(sys.stdlib_module_names)
+    folders = [p for base in (ROOT, ROOT / "tests") for p in base.iterdir() if p.is_dir() and p.name[0] not in "._"]
+    assert not [str(p.relative_to(ROOT)) for p in folders if p.name in packages]
