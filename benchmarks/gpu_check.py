@@ -1,9 +1,9 @@
 """The GPU check: what only a GPU can show about PACSTrainer, in one command of a few minutes, with no vLLM and no hub.
 
     bash benchmarks/gpu_run.sh                                 # the H200 (installs .gpu-bundle/ first): README.md
-    python benchmarks/gpu_check.py                             # any CUDA machine with pacs[deepspeed] installed
-    python benchmarks/gpu_check.py --rehearse --out-dir /tmp/g  # CPU, tiny shapes, same code paths
-    python benchmarks/gpu_check.py --sections zero3,split_lora --time-budget 120
+    python -m benchmarks.gpu_check                             # any CUDA machine with pacs[deepspeed] installed
+    python -m benchmarks.gpu_check --rehearse --out-dir /tmp/g  # CPU, tiny shapes, same code paths
+    python -m benchmarks.gpu_check --sections zero3,split_lora --time-budget 120
 
 Writes gpu_check.json and gpu_check.md to --out-dir (benchmarks/results/gpu/ on a GPU). Every section has a `status`:
 "ok", "failed: <what did not hold>", "error: <exception>" or "skipped: time budget"; the exit code is 1 unless all
@@ -55,9 +55,9 @@ import time
 import traceback
 from pathlib import Path
 
-from _common import machine_info  # also sets the offline environment variables
-from _gpu_check import (
+from benchmarks.gpu_harness import (
     all_finite,
+    alternating_reward,
     build_model,
     cuda,
     dataset,
@@ -65,13 +65,14 @@ from _gpu_check import (
     free,
     make_trainer,
     markdown,
+    multiple_of_4_reward,
     parity_reward,
-    section_dynamic_sampling,  # noqa: F401  (run by name: `section_<name>`)
-    section_learning_sanity,  # noqa: F401
+    sparse_parity_reward,
     spread,
     train_run,
     trainer_config,
 )
+from benchmarks.harness import machine_info
 
 
 SECTIONS = ("pacs_vs_grpo", "reference_anchor", "split_lora", "zero3", "learning_sanity", "dynamic_sampling")
@@ -199,7 +200,7 @@ def section_split_lora(s, tmp, deadline):
 
 
 def section_zero3(s, tmp, deadline):
-    from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch
+    from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch
 
     config = ZERO3_CPU_ACCELERATE_CONFIG.replace(
         "zero3_init_flag: true", "zero3_init_flag: true\n  zero3_save_16bit_model: true"
@@ -208,7 +209,7 @@ def section_zero3(s, tmp, deadline):
         config = config.replace("mixed_precision: 'no'", "mixed_precision: bf16").replace("use_cpu: true\n", "")
     Path(f"{tmp}/zero3.yaml").write_text(config)
     out = f"{tmp}/zero3.json"
-    cmd = [*accelerate_launch(), "--config_file", f"{tmp}/zero3.yaml", "--main_process_port", "29561", __file__,
+    cmd = [*accelerate_launch(), "--config_file", f"{tmp}/zero3.yaml", "--main_process_port", "29561", "--module", __spec__.name,
            "--zero3-worker", out] + (["--rehearse"] if s["main"] == "tiny" else [])  # fmt: skip
     timeout = max(30, deadline["end"] - time.monotonic())
     proc = subprocess.run(
@@ -271,6 +272,122 @@ def zero3_worker(out: str, rehearse: bool) -> None:
               "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e],
               "moved_fraction": moved / sum(p.numel() for p in trained.values())}  # fmt: skip
     Path(out).write_text(json.dumps(record))
+
+
+def section_learning_sanity(s, tmp, deadline):
+    import torch
+
+    from pacs.testing import build_tiny_tokenizer
+
+    tokenizer, result = build_tiny_tokenizer(), {}
+    for name, dtype in (("float32_weights", torch.float32), ("bfloat16_weights", torch.bfloat16)):
+        args = trainer_config("pacs", f"{tmp}/lr-{name}", per_device_train_batch_size=4, num_generations=4,
+                              steps_per_generation=2, max_steps=4, max_completion_length=64)  # fmt: skip
+        model = build_model(s["small"], tokenizer, dtype=dtype)
+        before = {n: p.detach().clone() for n, p in model.named_parameters() if ".layers." in n and p.dim() == 2}
+        trainer = make_trainer("pacs", model, tokenizer, args, parity_reward, {}, synthetic=64)
+        trainer.train()
+        changed = sum((p.detach() != before[n]).sum().item() for n, p in model.named_parameters() if n in before)
+        step = torch.cat([(p.detach().float() - before[n].float()).abs().flatten()
+                          for n, p in model.named_parameters() if n in before])  # fmt: skip
+        result[name] = {
+            "changed_fraction": changed / step.numel(),
+            "median_abs_change_over_4_lr": step.median().item() / 4e-6,
+        }
+        del trainer, model, before, step
+        free()
+    args = trainer_config("pacs", f"{tmp}/learn", per_device_train_batch_size=8, num_generations=8,
+                          steps_per_generation=2, max_steps=24, max_completion_length=8,
+                          learning_rate=3e-2)  # fmt: skip
+    model = build_model("tiny", tokenizer)
+    trainer = make_trainer("pacs", model, tokenizer, args, multiple_of_4_reward, None)  # a real generation each time
+    trainer.train()
+    rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]  # one per generation
+    result["learnable_task"] = {"reward_first_quarter": statistics.mean(rewards[: len(rewards) // 4]),
+                                "reward_last_quarter": statistics.mean(rewards[-(len(rewards) // 4) :]),
+                                "rewards": rewards,
+                                "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e]}  # fmt: skip
+    del trainer, model
+    free()
+    fp32, bf16, task = result["float32_weights"], result["bfloat16_weights"], result["learnable_task"]
+    problems = (
+        [] if fp32["changed_fraction"] > 0.9 else [f"float32 weights: only {fp32['changed_fraction']:.1%} moved"]
+    )
+    problems += (
+        []
+        if bf16["changed_fraction"] < 0.2
+        else [f"bfloat16 weights: {bf16['changed_fraction']:.1%} moved (expected few)"]
+    )
+    if not task["reward_last_quarter"] > task["reward_first_quarter"] + 0.2:
+        first, last = task["reward_first_quarter"], task["reward_last_quarter"]
+        problems.append(f"the learnable task's reward went {first:.2f} -> {last:.2f} (first -> last quarter)")
+    summary = (f"moved at lr 1e-6: float32 weights {fp32['changed_fraction']:.1%}, bfloat16 weights "
+               f"{bf16['changed_fraction']:.1%}; learnable reward {task['reward_first_quarter']:.2f} -> "
+               f"{task['reward_last_quarter']:.2f}")  # fmt: skip
+    return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}
+
+
+def section_dynamic_sampling(s, tmp, deadline):
+    import torch
+
+    from pacs.grpo.dynamic_sampling import uniform_signal
+    from pacs.testing import build_tiny_tokenizer
+
+    tokenizer, runs, G, L = build_tiny_tokenizer(), {}, s["group"], s["ds_completion"]
+    cases = {"off": (sparse_parity_reward, False), "on": (sparse_parity_reward, True),
+             "off_never_uniform": (alternating_reward, False), "on_never_uniform": (alternating_reward, True)}  # fmt: skip
+    for name, (reward, on) in cases.items():
+        # 2 groups per generation batch, 2 optimizer steps each, 3 generation batches; real generation every round
+        args = trainer_config("hardened_grpo", f"{tmp}/{name}", per_device_train_batch_size=G, num_generations=G,
+                              steps_per_generation=2, max_steps=6, max_completion_length=L, dynamic_sampling=on,
+                              generation_kwargs={"min_new_tokens": L})  # fmt: skip
+        model = build_model(s["small"], tokenizer)
+        trainer = make_trainer("hardened_grpo", model, tokenizer, args, reward, None)
+        trained, after_monitors = [], trainer._after_monitors
+
+        def record(output, mode, after_monitors=after_monitors, trained=trained, reward=reward):
+            output = after_monitors(output, mode)
+            if mode == "train":  # the assembled batch's rewards, recomputed from its own tokens
+                prompts = tokenizer.batch_decode(output["prompt_ids"], skip_special_tokens=True)
+                ids = [
+                    row[mask.bool()].tolist() for row, mask in zip(output["completion_ids"], output["completion_mask"])
+                ]
+                values = torch.tensor(reward(prompts=prompts, completion_ids=ids))
+                trained.append(int(uniform_signal(values, torch.ones_like(values, dtype=torch.bool), G).sum()))
+            return output
+
+        trainer._after_monitors = record
+        run = train_run(trainer)
+        logs = [e for e in trainer.state.log_history if "loss" in e]
+        ds = {k.removeprefix("pacs/ds/"): [e[k] for e in logs if k in e] for k in {k for e in logs for k in e}
+              if k.startswith("pacs/ds/")}  # fmt: skip
+        batch_s = [sum(run["step_s"][i : i + 2]) for i in range(0, len(run["step_s"]), 2)]  # per generation batch
+        runs[name] = {**run, "ds": ds, "uniform_trained": trained, "batch_s": batch_s,
+                      "batch_s_after_first": statistics.median(batch_s[1:])}  # fmt: skip
+        del trainer, model
+        free()
+    on, off, on_all, off_all = runs["on"], runs["off"], runs["on_never_uniform"], runs["off_never_uniform"]
+    problems = [f"{k}: non-finite loss" for k, r in runs.items() if not all_finite(r["losses"])]
+    problems += [
+        f"{k}: logs pacs/ds/* with dynamic sampling off" for k in ("off", "off_never_uniform") if runs[k]["ds"]
+    ]
+    if not on["ds"].get("rounds") or max(on["ds"]["rounds"]) <= 1:
+        problems.append(f"the sparse reward needed no top-up round: rounds {on['ds'].get('rounds')}")
+    if on["uniform_trained"] != on["ds"].get("fallback_groups"):  # both once per generation batch
+        problems.append(f"uniform groups trained {on['uniform_trained']}, fallback {on['ds'].get('fallback_groups')}")
+    if set(on_all["ds"].get("rounds", [])) != {1}:
+        problems.append(f"the never-uniform reward took rounds {on_all['ds'].get('rounds')}")
+    result = {
+        "runs": runs,
+        "rounds": on["ds"].get("rounds"),
+        "generated_per_trained": on["ds"].get("generated_per_trained"),
+        "on/off batch time (sparse)": on["batch_s_after_first"] / off["batch_s_after_first"],
+        "on/off batch time (never uniform)": on_all["batch_s_after_first"] / off_all["batch_s_after_first"],
+    }
+    summary = (f"sparse reward: rounds {result['rounds']}, generated/trained {result['generated_per_trained']}, "
+               f"generation batch time on/off {result['on/off batch time (sparse)']:.2f}; never uniform: on/off "
+               f"{result['on/off batch time (never uniform)']:.3f}")  # fmt: skip
+    return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}
 
 
 def verify(path: str) -> list[str]:
@@ -346,7 +463,7 @@ def main(argv=None) -> int:
     meta.update(accelerate=accelerate.__version__, datasets=datasets.__version__, peft=peft.__version__,
                 cuda=torch.version.cuda, gpu_memory_gib=gpu_gib, rehearse=args.rehearse, settings=s,
                 time_budget_s=budget, elapsed_s=time.monotonic() - start,
-                command="python benchmarks/gpu_check.py " + " ".join(argv or sys.argv[1:]))  # fmt: skip
+                command="python -m benchmarks.gpu_check " + " ".join(argv or sys.argv[1:]))  # fmt: skip
     result = {"meta": meta, "sections": {n: sections[n] for n in SECTIONS if n in sections}}
     (out_dir / "gpu_check.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (out_dir / "gpu_check.md").write_text(markdown(result))

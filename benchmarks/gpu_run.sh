@@ -68,7 +68,7 @@ if [ "$install_rc" != 0 ]; then
   exit 3
 fi
 # shellcheck disable=SC2086  # GPU_CHECK_ARGS is a list of words
-$PY benchmarks/gpu_check.py --out-dir "$RESULTS" ${GPU_CHECK_ARGS:-} "$@" 2>&1 | tee "$RESULTS/check.log"
+$PY -m benchmarks.gpu_check --out-dir "$RESULTS" ${GPU_CHECK_ARGS:-} "$@" 2>&1 | tee "$RESULTS/check.log"
 check_rc=${PIPESTATUS[0]}
 if [ -n "${OUT:-}" ]; then
   for f in gpu_check.json gpu_check.md install.log check.log; do [ -f "$RESULTS/$f" ] && cp "$RESULTS/$f" "$OUT"/; done

@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from pathlib import Path
 
-import _common
+from benchmarks import harness
 
 
 def machine_markdown(info: dict) -> str:
@@ -30,19 +30,24 @@ def machine_markdown(info: dict) -> str:
 
 
 def command(argv: list[str], script: str) -> str:
-    """`python <script> <args>` of a run's `argv`, the script named from `benchmarks/` as it was when the run was made.
+    """The command of a run's `argv`: `python -m benchmarks.<study>.<script> <args>`, the command that reruns it from
+    the repository root, for a script at the path the run names (from `benchmarks/` on).
 
-    Runs made before the studies got their folders name `benchmarks/<script>.py`; `script` (the path today) stands in
-    where argv[0] does not name a folder called benchmarks.
+    Runs made before the studies got their folders name `benchmarks/<script>.py`, which is gone: they keep the command
+    they ran. `script` (the path today) stands in where argv[0] does not name a folder called benchmarks.
 
     >>> command(["/work/main/benchmarks/learning.py", "--jobs", "2"], "benchmarks/learning/learning.py")
     'python benchmarks/learning.py --jobs 2'
+    >>> command(["/work/main/benchmarks/learning/learning.py", "--smoke"], "benchmarks/learning/learning.py")
+    'python -m benchmarks.learning.learning --smoke'
     >>> command(["learning.py", "--smoke"], "benchmarks/learning/learning.py")
-    'python benchmarks/learning/learning.py --smoke'
+    'python -m benchmarks.learning.learning --smoke'
     """
     parts = Path(argv[0]).parts
     if "benchmarks" in parts:
         script = "/".join(parts[len(parts) - 1 - parts[::-1].index("benchmarks") :])
+    if (Path(__file__).resolve().parent.parent / script).is_file():  # today's script: run as a module
+        return " ".join(["python", "-m", script.removesuffix(".py").replace("/", "."), *argv[1:]])
     return " ".join(["python", script, *argv[1:]])
 
 
@@ -61,7 +66,7 @@ def ratio_cell(lo_med_hi, spec: str = ".3f") -> str:
 
 def fmt3(values, spec: str = ".3f") -> str:
     """ "median (min–max)" of a sequence, formatted with `spec`."""
-    lo, med, hi = _common.min_med_max(values)
+    lo, med, hi = harness.min_med_max(values)
     return f"{med:{spec}} ({lo:{spec}}–{hi:{spec}})"
 
 
@@ -70,7 +75,7 @@ def interval(xs, spec: str = ".3f", none: str = "n/a") -> str:
     xs = list(xs)
     if len(xs) < 2:
         return f"{xs[0]:{spec}}" if xs else none
-    m, lo, hi = _common.t_interval(xs)
+    m, lo, hi = harness.t_interval(xs)
     return f"{m:{spec}} [{lo:{spec}}, {hi:{spec}}]"
 
 
@@ -89,7 +94,7 @@ def goal(claim: str, value: float, op: str, threshold: float, measured: str) -> 
 
 # The implicit critic. Three summaries exist: "pooled" (results before 2026-12-04: |sigma(psi) - 1/2| of every
 # completion of the off-policy steps pooled, from a recording subclass), "per_step" (2026-12-04: PACSTrainer's
-# per-step metrics, so quantiles are over the steps' medians) and "per_step_ranking" (`_common.critic_summary` since
+# per-step metrics, so quantiles are over the steps' medians) and "per_step_ranking" (`harness.critic_summary` since
 # issue 31: the same, with the within-group ranking and the Brier score on mixed groups). The first two predate the
 # well-posed critic metric: their JSON hold sign accuracies that were compared with always guessing the majority label,
 # a comparison withdrawn (CRITIC_WITHDRAWN); reports show only their |sigma(psi) - 1/2| figures. Each report says

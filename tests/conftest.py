@@ -1,4 +1,6 @@
-"""Shared fixtures: an offline tiny model (byte-level BPE + random Qwen3, hidden 64, 2 layers) built once per run."""
+"""Shared fixtures: an offline tiny model (byte-level BPE + random Qwen3, hidden 64, 2 layers) built once per run.
+Shared helpers are modules of the `tests` package: `launching` (accelerate launch on a free port), `tiny_config` (the
+tiny runs' PACSConfig), `recording` (the trainers that record each generation batch), `hostile_completions`."""
 
 import os
 
@@ -9,6 +11,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
+# every process a test starts (accelerate launch of tests/scripts/, a subprocess) imports `tests` (its helpers) and
+# `benchmarks` from the repository root, as this process does (`pythonpath` in pyproject.toml)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 import pytest  # noqa: E402
 

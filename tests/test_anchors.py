@@ -78,7 +78,7 @@ def test_trainer_builds_the_anchor_the_registry_names(tiny_model_dir, tmp_path, 
     from datasets import Dataset
 
     from pacs import PACSTrainer
-    from pacs.testing import tiny_pacs_config
+    from tests.tiny_config import tiny_pacs_config
 
     args = tiny_pacs_config(tmp_path / "out", max_steps=1, pacs_anchor=fake_anchor)
     dataset = Dataset.from_dict({"prompt": ["a", "b"]})

@@ -6,20 +6,14 @@ import json
 import logging
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from datasets import Dataset
 
-
-sys.path.insert(0, str(Path(__file__).parent / "scripts"))
-
-from train_resume import resume_runs  # noqa: E402
-
-from pacs import PACSTrainer  # noqa: E402
-from pacs.grpo.checkpoints import (  # noqa: E402
+from pacs import PACSTrainer
+from pacs.grpo.checkpoints import (
     COMPLETE_MARKER,
     ROLLOUT_DIR,
     last_complete_checkpoint,
@@ -27,8 +21,10 @@ from pacs.grpo.checkpoints import (  # noqa: E402
     sync_checkpoint_files,
     write_complete_marker,
 )
-from pacs.grpo.resume import finished_run, resolve_resume_checkpoint, resume_decision  # noqa: E402
-from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config  # noqa: E402
+from pacs.grpo.resume import finished_run, resolve_resume_checkpoint, resume_decision
+from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
+from tests.scripts.train_resume import resume_runs
+from tests.tiny_config import tiny_pacs_config
 
 
 RESUME_SCRIPT = Path(__file__).parent / "scripts" / "train_resume.py"

@@ -199,7 +199,7 @@ def no_generation(monkeypatch):
 
 def _build_and_train(model_dir, tmp_path, reward_funcs, dataset, **config):
     from pacs import PACSTrainer
-    from pacs.testing import tiny_pacs_config
+    from tests.tiny_config import tiny_pacs_config
 
     args = tiny_pacs_config(tmp_path / "out", **{"max_steps": 1, "steps_per_generation": 1, **config})
     trainer = PACSTrainer(model=model_dir, reward_funcs=reward_funcs, args=args, train_dataset=dataset)
@@ -528,7 +528,7 @@ def _train_with_environments(model_dir, tmp_path, reply, **kwargs):
     from unittest.mock import patch
 
     from pacs import PACSTrainer
-    from pacs.testing import tiny_pacs_config
+    from tests.tiny_config import tiny_pacs_config
 
     config = {"max_steps": 4, "num_generations": 2, "max_completion_length": 64, **kwargs.pop("config", {})}
     trainer = PACSTrainer(model=model_dir, args=tiny_pacs_config(tmp_path / "out", **config), **kwargs)
@@ -738,7 +738,7 @@ def test_trainer_trains_with_a_rollout_func_whose_fields_feed_the_rewards(tiny_m
     # the reward needs `found`, which is no dataset column: the rollout function returns it (TRL merges it into the
     # reward keywords), so the check lets it through and PACSTrainer trains on it
     from pacs import PACSTrainer
-    from pacs.testing import tiny_pacs_config
+    from tests.tiny_config import tiny_pacs_config
 
     def rollout(prompts, trainer):
         tokenizer = trainer.processing_class

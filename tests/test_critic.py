@@ -2,10 +2,8 @@
 (ties, uniform groups, weights, soft labels, pooling over micro-batches), and as `PACSTrainer` logs them (the
 reference anchor against an independent computation, the rollout anchor's 0.5, the split path)."""
 
-import importlib.util
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,18 +13,7 @@ from transformers import AutoModelForCausalLM
 from pacs.critic import CriticTally, critic_metrics, ranking_sums
 from pacs.grpo.trainer import first_step_of_generation
 from pacs.loss import compute_score, pacs_loss
-
-
-def _test_reference():
-    # test_reference's trainer factory and direct log-probs, loaded by path: putting tests/ on sys.path would make
-    # tests/vllm/ shadow the vllm package
-    spec = importlib.util.spec_from_file_location("_test_reference", Path(__file__).parent / "test_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = _test_reference()
+from tests import test_reference as ref  # its trainer factory and direct log-probs
 
 
 def brute_force_ranking(psi, labels, valid, G):

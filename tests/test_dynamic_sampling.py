@@ -20,7 +20,8 @@ from pacs import PACSTrainer
 from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
 from pacs.grpo.dynamic_sampling import STATE_FILE as DYNAMIC_SAMPLING_STATE
 from pacs.grpo.dynamic_sampling import TopUpStream, assemble_rows, select_groups, uniform_signal
-from pacs.testing import tiny_pacs_config
+from tests.recording import RecordingGRPO, RecordingPACS
+from tests.tiny_config import tiny_pacs_config
 
 
 GRPO_KEYS = (
@@ -201,25 +202,6 @@ def test_settings_it_cannot_serve_are_refused_before_the_model_loads(tiny_model_
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class Recording:
-    """Records the batch each generation hands to training (after assembly, before the split path's exchange)."""
-
-    def _after_monitors(self, output, mode):
-        output = super()._after_monitors(output, mode)
-        if mode == "train":
-            self.batches = getattr(self, "batches", [])
-            self.batches.append({k: v.clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
-        return output
-
-
-class RecordingGRPO(Recording, HardenedGRPOTrainer):
-    pass
-
-
-class RecordingPACS(Recording, PACSTrainer):
-    pass
-
-
 def _train(cls, tiny_model_dir, args, reward=hard_reward, data=None, resume=None):
     trainer = cls(model=tiny_model_dir, reward_funcs=reward, args=args, train_dataset=data or hard_prompts())
     trainer.train(resume_from_checkpoint=resume)
@@ -377,7 +359,7 @@ def test_resume_with_dynamic_sampling_on_two_processes_is_exact(tiny_model_dir, 
     import json
     from pathlib import Path
 
-    from pacs.testing import accelerate_launch, run_launched
+    from tests.launching import accelerate_launch, run_launched
 
     script = Path(__file__).parent / "scripts" / "train_resume.py"
     out = tmp_path / "out"

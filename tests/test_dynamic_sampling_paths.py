@@ -1,6 +1,6 @@
 """Dynamic sampling (`pacs.grpo.dynamic_sampling`) on the paths beside plain generation: tools and environments,
 `num_iterations > 1`, and DeepSpeed ZeRO-3 on two processes. vLLM colocate and server mode and the LoRA push with it
-on: tests/vllm/test_dynamic_sampling_vllm.py.
+on: tests/vllm_tier/test_dynamic_sampling_vllm.py.
 
 - Tools and environments: TRL builds each call's tool dicts and draws its environment instances from its pool per
   generation call, so every round gets its own and scores its own rollouts; the assembled batch keeps `tool_mask`.
@@ -11,7 +11,6 @@ on: tests/vllm/test_dynamic_sampling_vllm.py.
 
 import json
 import socket
-import sys
 from pathlib import Path
 from unittest.mock import patch
 
@@ -19,13 +18,11 @@ import pytest
 import torch
 from datasets import Dataset
 
-from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
+from pacs.grpo import HardenedGRPOConfig
 from pacs.grpo.dynamic_sampling import uniform_signal
-from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
-
-
-sys.path.insert(0, str(Path(__file__).parent / "scripts"))
-from train_resume import resume_runs  # noqa: E402
+from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
+from tests.recording import RecordingGRPO as Recording  # the batch as assembled
+from tests.scripts.train_resume import resume_runs
 
 
 RESUME_SCRIPT = Path(__file__).parent / "scripts" / "train_resume.py"
@@ -45,17 +42,6 @@ def grpo_config(output_dir, **overrides) -> HardenedGRPOConfig:
         report_to="none", seed=0, dynamic_sampling=True, steps_per_generation=1,
     )  # fmt: skip
     return HardenedGRPOConfig(**{**base, **overrides})
-
-
-class Recording(HardenedGRPOTrainer):
-    """Records each training generation batch as assembled (after the monitors)."""
-
-    def _after_monitors(self, output, mode):
-        output = super()._after_monitors(output, mode)
-        if mode == "train":
-            self.batches = getattr(self, "batches", [])
-            self.batches.append({k: v.clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
-        return output
 
 
 def _ds_logs(trainer) -> list[dict]:

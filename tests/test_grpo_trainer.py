@@ -25,7 +25,7 @@ from pacs.grpo.checkpoints import ROLLOUT_DIR
 from pacs.grpo.guards import NonFiniteGradientGuard
 from pacs.grpo.metrics import group_outcome_shares
 from pacs.loss_terms import GRPOLossTerms
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "pacs"

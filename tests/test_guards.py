@@ -28,7 +28,8 @@ from pacs.grpo.guards import (
     validated_reward_func,
 )
 from pacs.rewards import math_reward
-from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config
+from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
+from tests.tiny_config import tiny_pacs_config
 
 
 def answer_reward(completions, answer, **kwargs):

@@ -248,9 +248,10 @@ def _make_test_installs() -> tuple[list[str], list[str]]:
 
 def test_every_module_the_tests_import_is_installed_by_make_test():
     # a fresh virtualenv has only what `make test` installs: a module a test imports that comes with none of it is a
-    # ModuleNotFoundError there, however it got onto this machine (the vLLM tier, tests/vllm, has its own virtualenv)
-    tests = [p for p in (ROOT / "tests").rglob("*.py") if "vllm" not in p.relative_to(ROOT / "tests").parts[:1]]
+    # ModuleNotFoundError there, however it got onto this machine (the vLLM tier, tests/vllm_tier, has its own virtualenv)
+    tests = [p for p in (ROOT / "tests").rglob("*.py") if p.relative_to(ROOT / "tests").parts[0] != "vllm_tier"]
     local = {p.stem for folder in ("tests", "benchmarks", "examples") for p in (ROOT / folder).rglob("*.py")}
+    local |= {"tests", "benchmarks"}  # the packages at the repository root (pyproject.toml's pytest `pythonpath`)
     with_dependencies, without = _make_test_installs()
     installed = _installed_with(with_dependencies) | {canonicalize_name(name) for name in without}
     distributions = importlib.metadata.packages_distributions()
@@ -266,7 +267,7 @@ def test_every_module_the_tests_import_is_installed_by_make_test():
 
 def test_no_test_launches_on_a_fixed_port():
     # a port another job on the machine holds (accelerate's default 29500 first) must not fail a test: launches take
-    # `pacs.testing.free_port()` (`accelerate_launch()` adds one), never a number written in the test
+    # `tests.launching.free_port()` (`accelerate_launch()` adds one), never a number written in the test
     fixed = re.compile(r"""(main_process_port|master_port|MASTER_PORT)["'=,\s]+["']?\d{4,5}""")
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
@@ -275,7 +276,29 @@ def test_no_test_launches_on_a_fixed_port():
         if fixed.search(line)
     ]
     assert not found, found
-    from pacs.testing import accelerate_launch
+    from tests.launching import accelerate_launch
 
     command = accelerate_launch()
     assert command[-2] == "--main_process_port" and int(command[-1]) != 29500
+
+
+def test_the_wheel_ships_the_tiny_model_and_no_test_machinery():
+    # `pacs.testing` is the CPU smoke run's model (the README's `build_tiny_model`); what only the tests, the benchmarks
+    # and the GPU check use lives under tests/ (launching, tiny_config, hostile_completions, recording)
+    import pacs.testing
+
+    assert callable(pacs.testing.build_tiny_model) and callable(pacs.testing.build_tiny_tokenizer)
+    test_only = ["free_port", "accelerate_launch", "run_launched", "ZERO3_CPU_ACCELERATE_CONFIG", "tiny_pacs_config"]
+    assert not [name for name in [*test_only, "HOSTILE_COMPLETIONS"] if hasattr(pacs.testing, name)]
+
+
+def test_no_folder_on_the_import_path_is_named_after_a_package():
+    # pytest puts the repository root on sys.path and tests/conftest.py puts it on PYTHONPATH for every launched
+    # process: a folder there (or under tests/, which once was on the path) named like a package would shadow it, as
+    # tests/vllm/ once made `import vllm` find the test folder (TRL then read vLLM's version as "N/A")
+    requirements = [*PYPROJECT["project"]["dependencies"]]
+    requirements += [r for extra in PYPROJECT["project"]["optional-dependencies"].values() for r in extra]
+    packages = {canonicalize_name(Requirement(r).name).replace("-", "_") for r in requirements}
+    packages |= set(importlib.metadata.packages_distributions()) | set(sys.stdlib_module_names)
+    folders = [p for base in (ROOT, ROOT / "tests") for p in base.iterdir() if p.is_dir() and p.name[0] not in "._"]
+    assert not [str(p.relative_to(ROOT)) for p in folders if p.name in packages]

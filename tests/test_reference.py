@@ -1,7 +1,6 @@
 """Tests of `pacs.anchors.reference`: the reward proxy anchored to a fixed reference policy (`pacs_anchor="reference"`), its
 periodic hard reset with the optimizer states, LoRA snapshots, the split path and exact resume. Float32, no bf16."""
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,8 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 from pacs import PACSConfig, PACSTrainer
 from pacs.anchors.reference import REF_ADAPTER, reset_optimizer_states
 from pacs.loss import pacs_loss
-from pacs.testing import tiny_pacs_config
-
-
-sys.path.insert(0, str(Path(__file__).parent / "scripts"))
-from train_resume import resume_runs  # noqa: E402
+from tests.scripts.train_resume import resume_runs
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):
@@ -289,7 +285,7 @@ ANCHOR = ["pacs_anchor=reference", "pacs_reference_reset_generations=1", "max_st
 def _launch(cmd, tmp_path):
     import json
 
-    from pacs.testing import run_launched
+    from tests.launching import run_launched
 
     run_launched(cmd, tmp_path)
     return [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
@@ -310,7 +306,7 @@ def _check_reset_run(record):
 
 @pytest.mark.distributed
 def test_two_cpu_processes(tiny_model_dir, tmp_path):
-    from pacs.testing import accelerate_launch
+    from tests.launching import accelerate_launch
 
     (tmp_path / "out").mkdir()
     cmd = [*accelerate_launch(), "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
@@ -326,7 +322,7 @@ def test_two_cpu_processes(tiny_model_dir, tmp_path):
 
 @pytest.mark.distributed
 def test_deepspeed_zero3_on_cpu(tiny_model_dir, tmp_path):
-    from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch
+    from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch
 
     (tmp_path / "out").mkdir()
     (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)

@@ -27,7 +27,7 @@ import pytest
 from pacs.grpo.checkpoints import COMPLETE_MARKER, run_identity, write_complete_marker
 from pacs.grpo.resume import ResumeRefused, resume_decision
 from pacs.run_lock import LOCK_FILE, OutputDirInUse, clear_for_fresh_start
-from pacs.testing import free_port
+from tests.launching import free_port
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 
 from pacs import rewards, verifier_pool
 from pacs.rewards import extract_answer, format_reward, get_reward_funcs, make_math_reward, math_reward
-from pacs.testing import HOSTILE_COMPLETIONS
+from tests.hostile_completions import HOSTILE_COMPLETIONS
 
 
 # (completion, gold, expected reward). Mirrored in docs/evaluation.md; keep the two in sync.

@@ -11,8 +11,9 @@ import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched, tiny_pacs_config
 from pacs.trainer import shuffle_groups
+from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
+from tests.tiny_config import tiny_pacs_config
 
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_tiny.py"

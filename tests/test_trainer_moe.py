@@ -15,14 +15,9 @@ import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import (
-    ZERO3_CPU_ACCELERATE_CONFIG,
-    accelerate_launch,
-    build_qwen3_moe,
-    build_tiny_tokenizer,
-    run_launched,
-    tiny_pacs_config,
-)
+from pacs.testing import build_qwen3_moe, build_tiny_tokenizer
+from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):

@@ -1,16 +1,12 @@
-"""The vLLM tier's CPU-only weight push (tests/vllm/_push.py), on stand-ins for vLLM's objects (the real engine:
-tests/vllm/)."""
+"""The vLLM tier's CPU-only weight push (tests/vllm_tier/_push.py), on stand-ins for vLLM's objects (the real engine:
+tests/vllm_tier/)."""
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from trl.generation.vllm_generation import VLLMGeneration
 
-
-sys.path.insert(0, str(Path(__file__).parent / "vllm"))  # the folder, not tests/: `vllm` must stay vLLM itself
-from _push import push_weights_to_vllm_cpu, vllm_cpu_weight_push  # noqa: E402
+from tests.vllm_tier._push import push_weights_to_vllm_cpu, vllm_cpu_weight_push
 
 
 class _Head(torch.nn.Module):

@@ -1,5 +1,5 @@
 """`pacs.grpo.vllm_sync` without vLLM: the out-of-place LoRA merge against peft's own merge (through TRL's push), and the
-weight-sync monitor on hand-made tensors. With the real engine: tests/vllm/test_vllm_sync.py."""
+weight-sync monitor on hand-made tensors. With the real engine: tests/vllm_tier/test_vllm_sync.py."""
 
 import contextlib
 import json
@@ -15,13 +15,8 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from pacs.grpo import HardenedGRPOTrainer
 from pacs.grpo.vllm_sync import STALE_GAP, SamplingGapMonitor, install_lora_push, iter_merged_params, sampling_gap
-from pacs.testing import (
-    ZERO3_CPU_ACCELERATE_CONFIG,
-    accelerate_launch,
-    build_qwen3,
-    build_tiny_tokenizer,
-    run_launched,
-)
+from pacs.testing import build_qwen3, build_tiny_tokenizer
+from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +160,7 @@ from peft import LoraConfig
 from trl.distributed import DistributedBackend
 from trl.generation.vllm_generation import VLLMGeneration
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 from pacs.grpo.vllm_sync import iter_merged_params
 
 def parity_reward(completions, **kwargs):

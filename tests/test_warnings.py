@@ -7,7 +7,7 @@ from datasets import Dataset
 
 import pacs
 from pacs import PACSConfig, PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 PACKAGE_DIR = os.path.dirname(pacs.__file__)

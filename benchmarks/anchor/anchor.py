@@ -1,10 +1,10 @@
 """The reward proxy's anchor, each arm tuned before it is judged: pi_old of each rollout vs a fixed, periodically reset
 pi_ref (with the optimizer kept, reset, or reset with a re-warmup), against GRPO and RLOO.
 
-    nice python benchmarks/anchor/anchor.py --jobs 2 --out-dir OUT --work-dir WORK  # the study (~2 h, 2 shared CPUs)
-    python benchmarks/anchor/anchor.py --smoke                                      # one tiny run per arm (tests)
-    python benchmarks/anchor/anchor.py --report-only                       # redo anchor.{md,png} from anchor.json
-    python benchmarks/anchor/anchor.py --only "PACS ref N=2 reset" 0.3 3e-05 0 --out-dir OUT  # one run, as JSON
+    nice python -m benchmarks.anchor.anchor --jobs 2 --out-dir OUT --work-dir WORK  # the study (~2 h, 2 shared CPUs)
+    python -m benchmarks.anchor.anchor --smoke                                      # one tiny run per arm (tests)
+    python -m benchmarks.anchor.anchor --report-only                       # redo anchor.{md,png} from anchor.json
+    python -m benchmarks.anchor.anchor --only "PACS ref N=2 reset" 0.3 3e-05 0 --out-dir OUT  # one run, as JSON
 
 The protocol (pre-registered in anchor_protocol.md before any run): learning.py's task, model, SFT warm start
 and RL settings (three-digit addition, a 0.49M-parameter Qwen3, 120 optimizer steps of 8 prompts x 8 completions,
@@ -29,14 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))  # learning.py and its report
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
-
-import _common  # sets the offline environment before transformers is imported
-import _tasks
-import anchor_report
-import learning
+from benchmarks import _tasks, harness, rl_runs
+from benchmarks.anchor import anchor_report
 
 
 HERE = Path(__file__).resolve().parent
@@ -101,7 +95,7 @@ def probe_kl(model, sft_path: str, args) -> float:
 
 def run_one(spec: tuple[str, float | None, float, int], args, model_path: str, reward=None, save_to=None) -> dict:
     """One RL run from the SFT checkpoint: its validation/test curve, per-step logs and the final probe KL.
-    `reward` replaces the task's reward function (see `learning.make_trainer`); `save_to` keeps the final model."""
+    `reward` replaces the task's reward function (see `rl_runs.make_trainer`); `save_to` keeps the final model."""
     import torch
     from transformers import PrinterCallback, TrainerCallback
 
@@ -123,9 +117,9 @@ def run_one(spec: tuple[str, float | None, float, int], args, model_path: str, r
                 steps.append({**entry, **{k: logs[k] for k in STEP_KEYS if k in logs}})
 
     name = f"{arm} b={beta:g}" if beta is not None else arm
-    learning.CONFIGS[name] = arm_config(arm, beta, args.rewarmup)
+    rl_runs.CONFIGS[name] = arm_config(arm, beta, args.rewarmup)
     out = os.path.join(args.work_dir, "runs", tag(arm, beta, lr, seed))
-    trainer = learning.make_trainer(name, lr, args, model_path, t["train"], seed, out, reward=reward)
+    trainer = rl_runs.make_trainer(name, lr, args, model_path, t["train"], seed, out, reward=reward)
     trainer.remove_callback(PrinterCallback)
     trainer.add_callback(_tasks.eval_callback(args, curve))
     trainer.add_callback(Watch())
@@ -137,7 +131,7 @@ def run_one(spec: tuple[str, float | None, float, int], args, model_path: str, r
     run = {
         "arm": arm, "beta": beta, "lr": lr, "seed": seed, "curve": curve, "steps": steps,
         "kl_to_sft": probe_kl(trainer.model, model_path, args), "seconds": seconds, "cpu_seconds": cpu,
-        "load": _common.load_average(),
+        "load": harness.load_average(),
     }  # fmt: skip
     print(
         f"[anchor] {name:32s} lr {lr:g} seed {seed}: val {curve[-1][1]:.3f} test {curve[0][2]:.3f} -> "
@@ -177,7 +171,7 @@ def run_all(args, model_path: str) -> list[dict]:
 
     def run_batch(specs: list[tuple]) -> None:
         todo = [spec for spec in specs if not (cache / f"{tag(*spec)}.json").exists()]
-        _common.run_all(store, todo, args.jobs, lambda _: None)
+        harness.run_all(store, todo, args.jobs, lambda _: None)
 
     grids = {arm: _grid(arm, args) for arm in args.arms}
     for extension in range(args.extend + 1):
@@ -225,7 +219,7 @@ def main(argv=None) -> dict:
     p.add_argument("--only", nargs=4, metavar=("ARM", "BETA", "LR", "SEED"), help="one run, printed as JSON")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--sft-max-steps", dest="sft_max_steps", type=int, default=100, help="--smoke's unpinned SFT")
-    largs, args = learning.parse_study_args(p, argv)
+    largs, args = rl_runs.parse_study_args(p, argv)
     if args.smoke:
         largs.seeds, largs.betas, largs.lrs, largs.baseline_lrs, largs.sft_max_steps = [0], [1.0], [1e-4], [1e-4], 25
         largs.extend, largs.rewarmup = 0, 1
@@ -236,7 +230,7 @@ def main(argv=None) -> dict:
         raw = json.loads(raw_path.read_text())
         anchor_report.report(raw, out, smoke=args.smoke)
         return raw
-    info = _common.machine_info()
+    info = harness.machine_info()
     t = _tasks.task(largs)
     sft_path, sft_meta = _tasks.warm_start(largs, t)  # pinned (benchmarks/warm_starts/), sha256 checked
     if args.only:
@@ -247,7 +241,7 @@ def main(argv=None) -> dict:
         return run
     runs = run_all(largs, sft_path)
     raw = {"info": info, "args": vars(largs), "argv": sys.argv, "sft": sft_meta, "warm_start": sft_meta, "runs": runs}
-    raw["info"]["load_average_end"] = _common.load_average()
+    raw["info"]["load_average_end"] = harness.load_average()
     raw_path.write_text(json.dumps(raw, indent=1))
     anchor_report.report(raw, out, smoke=args.smoke)
     return raw

@@ -1,7 +1,7 @@
 """What does the reference anchor cost? Step time and peak memory of `pacs_anchor="reference"` vs `"rollout"` vs GRPO.
 
-    nice -n 5 python benchmarks/anchor/anchor_cost.py --repeats 5        # ~10 min on 2 shared CPU cores
-    python benchmarks/anchor/anchor_cost.py --smoke                      # seconds (tests/test_benchmarks.py)
+    nice -n 5 python -m benchmarks.anchor.anchor_cost --repeats 5        # ~10 min on 2 shared CPU cores
+    python -m benchmarks.anchor.anchor_cost --smoke                      # seconds (tests/test_benchmarks.py)
 
 Each run is a fresh process (so its peak RSS is its own) that trains a randomly initialised Qwen3 (no hub) for
 `--generations` generations of `--prompts` prompts x 8 completions of `--completion-tokens` sampled tokens, with 4
@@ -31,11 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
-
-import _common
-import report
+from benchmarks import harness, report
 
 
 HERE = Path(__file__).resolve().parent
@@ -121,12 +117,14 @@ def main(argv=None) -> dict:
     if args.report_only:
         raw = json.loads((Path(args.out_dir) / "anchor_cost.json").read_text())
         return render(raw, Path(args.out_dir))
-    info = _common.machine_info()
+    info = harness.machine_info()
     runs = []
     forward = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--smoke"]
     for round_ in range(args.repeats):
         for name in CONFIGS:
-            cmd = [sys.executable, __file__, "--child", name, *forward] + (["--smoke"] if args.smoke else [])
+            cmd = [sys.executable, "-m", __spec__.name, "--child", name, *forward] + (
+                ["--smoke"] if args.smoke else []
+            )
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
             out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
             line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -153,7 +151,7 @@ def table(raw: dict) -> str:
 
     def ratios(name, base, key):
         by = {(r["round"], r["config"]): r[key] for r in runs}
-        return report.ratio_cell(_common.min_med_max([by[(k, name)] / by[(k, base)] for k in range(repeats)]))
+        return report.ratio_cell(harness.min_med_max([by[(k, name)] / by[(k, base)] for k in range(repeats)]))
 
     for name in CONFIGS:
         rows.append(

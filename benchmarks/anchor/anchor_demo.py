@@ -1,9 +1,9 @@
 """The anchor study's check on a real model: `pacs demo` (SmolLM2-135M-Instruct, LoRA, arithmetic, 24 optimizer steps
 = 6 generations of 4) with the rollout anchor vs a named reference arm, each at the better of two learning rates.
 
-    nice python benchmarks/anchor/anchor_demo.py --reference-beta 0.1 --reference-reset 2 --reference-mode keep \\
+    nice python -m benchmarks.anchor.anchor_demo --reference-beta 0.1 --reference-reset 2 --reference-mode keep \\
         --jobs 2 --out-dir OUT --work-dir WORK                      # ~50 min on 2 CPU cores
-    python benchmarks/anchor/anchor_demo.py --report-only --out-dir OUT    # redo anchor_demo.md from anchor_demo.json
+    python -m benchmarks.anchor.anchor_demo --report-only --out-dir OUT    # redo anchor_demo.md from anchor_demo.json
 
 Protocol: each arm trains seed `--tune-seed` at both `--lrs` and is scored on a validation set of `--num-eval` problems
 drawn with `--val-seed` (not the test set); the better rate (ties: the smaller) is the arm's pick. Then both arms
@@ -21,10 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
-
-import _common  # sets the offline environment before transformers is imported
+from benchmarks import harness
 
 
 HERE = Path(__file__).resolve().parent
@@ -90,7 +87,7 @@ def run_all(args, arms: dict) -> list[dict]:
 def _run(args, specs, path) -> None:
     todo = [s for s in specs if not path(s).exists()]
     results = []
-    _common.run_all(run_one, todo, args.jobs, results.append)
+    harness.run_all(run_one, todo, args.jobs, results.append)
     for spec, run in zip(todo, results, strict=True):
         path(spec).write_text(json.dumps(run))
 
@@ -105,7 +102,7 @@ def pick(runs: list[dict], arms: list[str]) -> dict:
 
 
 def report(raw: dict, out: Path) -> None:
-    from _common import t_interval
+    from benchmarks.harness import t_interval
 
     runs, arms = raw["runs"], list(raw["arms"])
     picks = pick(runs, arms)
@@ -181,9 +178,9 @@ def main(argv=None) -> dict:
             "reset_optimizer": int(mode != "keep"), "warmup": args.rewarmup if mode == "reset+warmup" else 0,
         },
     }  # fmt: skip
-    info = _common.machine_info()
+    info = harness.machine_info()
     runs = run_all(args, arms)
-    info["load_average_end"] = _common.load_average()
+    info["load_average_end"] = harness.load_average()
     raw = {"info": info, "args": vars(args), "argv": sys.argv, "arms": arms, "runs": runs}
     (out / "anchor_demo.json").write_text(json.dumps(raw, indent=1))
     report(raw, out)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import report as report_md
-from _common import t_interval
+from benchmarks import report as report_md
+from benchmarks.harness import t_interval
 
 
 PRIMARY = ("PACS ref N=8 reset", "PACS rollout")

@@ -1,14 +1,14 @@
 """What dynamic sampling costs (issue 44): its overhead when it drops nothing, and the generation it spends.
 
-    nice python benchmarks/dynamic_sampling/ds_cost.py --jobs 3   # both parts (~30 min on 2 shared CPU cores)
-    python benchmarks/dynamic_sampling/ds_cost.py --smoke         # ~1 min (tests/test_benchmarks.py)
-    python benchmarks/dynamic_sampling/ds_cost.py --report-only   # redo ds_cost.md from ds_cost.json
+    nice python -m benchmarks.dynamic_sampling.ds_cost --jobs 3   # both parts (~30 min on 2 shared CPU cores)
+    python -m benchmarks.dynamic_sampling.ds_cost --smoke         # ~1 min (tests/test_benchmarks.py)
+    python -m benchmarks.dynamic_sampling.ds_cost --report-only   # redo ds_cost.md from ds_cost.json
 
 The task, model and RL settings of the sparsity study (`_tasks`: three-digit addition with a worked scratchpad, the
 0.49M-parameter Qwen3 from a pinned warm start; 8 prompts x 8 completions per optimizer step, 4 optimizer steps per
 generation, one torch thread per run), with each arm at its learning rate (and beta) tuned there without dynamic
 sampling (`PICKS`, from sparsity.md). Two arms, each with `dynamic_sampling` on and off: GRPO through `pacs.grpo`'s
-GRPO layer (`learning.make_trainer`'s `hardened_grpo` family; off, it is TRL's GRPO bit for bit) and PACS with the
+GRPO layer (`rl_runs.make_trainer`'s `hardened_grpo` family; off, it is TRL's GRPO bit for bit) and PACS with the
 rollout anchor and balanced class weights.
 
 1. Overhead (`--pairs` pairs, `--overhead-steps` optimizer steps each, from `dense-s105`, seed 0): a reward that never
@@ -41,16 +41,10 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+from benchmarks import _tasks, harness, report, rl_runs
+
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[0] / "learning"))
-sys.path.insert(0, str(HERE.parents[0]))  # benchmarks/: the shared _common, report, _tasks
-
-import _common  # noqa: E402  (sets the offline environment before transformers is imported)
-import _tasks  # noqa: E402
-import learning  # noqa: E402
-import report  # noqa: E402
-
 
 WARM_STARTS = ("sparse-s80", "dense-s105")
 OVERHEAD_WARM_START = "dense-s105"
@@ -74,7 +68,7 @@ def alternating_reward(completions, **kwargs) -> list[float]:
 
 
 def trainer_for(arm: str, ws: str, ds: bool, args, model_path: str, seed: int, out: str, reward=None):
-    """`learning.make_trainer` for `arm` at `ws`'s pick, with dynamic sampling on or off."""
+    """`rl_runs.make_trainer` for `arm` at `ws`'s pick, with dynamic sampling on or off."""
     beta, lr = PICKS.get(ws, PICKS["dense-s105"])[arm]  # the smoke warm start takes the dense picks
     extra = {"dynamic_sampling": ds, "dynamic_sampling_max_rounds": args.max_rounds}
     if arm == "GRPO":
@@ -82,9 +76,9 @@ def trainer_for(arm: str, ws: str, ds: bool, args, model_path: str, seed: int, o
     else:
         family, extra = "pacs", {**extra, "pacs_anchor": "rollout", "pacs_class_weight": "balanced", "pacs_beta": beta}
     name = f"{arm} ds={ds}"
-    learning.CONFIGS[name] = (family, extra)
+    rl_runs.CONFIGS[name] = (family, extra)
     t = _tasks.task(args)
-    return learning.make_trainer(name, lr, args, model_path, t["train"], seed, out, reward=reward)
+    return rl_runs.make_trainer(name, lr, args, model_path, t["train"], seed, out, reward=reward)
 
 
 def train_timed(trainer) -> dict:
@@ -109,7 +103,7 @@ def train_timed(trainer) -> dict:
         ),  # fmt: skip
         "all_wrong": [e["pacs/frac_all_wrong_groups"] for e in log if "pacs/frac_all_wrong_groups" in e],
         "weights_sha256": hashlib.sha256(weights).hexdigest(),
-        "load": _common.load_average(),
+        "load": harness.load_average(),
     }
 
 
@@ -153,8 +147,8 @@ def overhead_summary(runs: list[dict]) -> dict:
         on = [g for p in pairs.values() for g in p[True]["generations"]]
         out[arm] = {
             "pairs": len(pairs),
-            "ratio_cpu": _common.min_med_max(ratio["cpu_s"]),
-            "ratio_wall": _common.min_med_max(ratio["wall_s"]),
+            "ratio_cpu": harness.min_med_max(ratio["cpu_s"]),
+            "ratio_wall": harness.min_med_max(ratio["wall_s"]),
             "off_spread_cpu": max(p[False]["cpu_s"] for p in pairs.values())
             / min(p[False]["cpu_s"] for p in pairs.values()),
             "generations_on": len(on),
@@ -178,7 +172,7 @@ def cost_key(args, spec) -> dict:
 def cost_run(args, spec) -> dict:
     """One (warm start, arm, dynamic sampling, seed) run on the task's answer reward, cached under the work dir."""
     ws, arm, ds, seed = spec
-    cache = _common.RunCache(Path(args.work_dir) / "cost_runs")
+    cache = harness.RunCache(Path(args.work_dir) / "cost_runs")
     tag = f"{ws}_{arm.replace(' ', '_')}_ds{int(ds)}_s{seed}"
     found = cache.get(tag, cost_key(args, spec))
     if found is not None:
@@ -211,8 +205,8 @@ def cost_summary(runs: list[dict]) -> list[dict]:
         rows.append({
             "warm_start": ws, "arm": arm, "seeds": [r["seed"] for r in on], "generations": len(gens),
             "generated_per_trained_mean": sum(g["groups_generated"] for g in gens) / needed,
-            "generated_per_trained": _common.min_med_max(g["generated_per_trained"] for g in gens),
-            "rounds": _common.min_med_max(g["rounds"] for g in gens),
+            "generated_per_trained": harness.min_med_max(g["generated_per_trained"] for g in gens),
+            "rounds": harness.min_med_max(g["rounds"] for g in gens),
             "fallback_generations": sum(g["fallback_groups"] > 0 for g in gens),
             "fallback_groups": int(sum(g["fallback_groups"] for g in gens)),
             "mixed_share_generated": sum(g["mixed_groups_generated"] for g in gens)
@@ -220,8 +214,8 @@ def cost_summary(runs: list[dict]) -> list[dict]:
             "all_wrong_off": statistics.mean(v for r in off.values() for v in r["all_wrong"]),
             "wall_per_step_on": sum(r["wall_s"] for r in on) / sum(r["steps"] for r in on),
             "wall_per_step_off": sum(r["wall_s"] for r in off.values()) / sum(r["steps"] for r in off.values()),
-            "ratio_wall_per_step": _common.min_med_max(per_step["wall_s"]),
-            "ratio_cpu_per_step": _common.min_med_max(per_step["cpu_s"]),
+            "ratio_wall_per_step": harness.min_med_max(per_step["wall_s"]),
+            "ratio_cpu_per_step": harness.min_med_max(per_step["cpu_s"]),
         })  # fmt: skip
     return rows
 
@@ -239,7 +233,7 @@ def render(raw: dict, out: Path, smoke: bool = False) -> str:
           f"- settings: {a['prompts_per_step']} prompts x {a['num_generations']} completions per optimizer step, "
           f"{a['steps_per_generation']} optimizer steps per generation; arms at the sparsity study's tuned (beta, lr) "
           f"`{json.dumps(PICKS)}`",
-          "- arms: GRPO through `pacs.grpo`'s GRPO layer (`learning.make_trainer`'s `hardened_grpo` family; with "
+          "- arms: GRPO through `pacs.grpo`'s GRPO layer (`rl_runs.make_trainer`'s `hardened_grpo` family; with "
           "`dynamic_sampling` off it is TRL's `GRPOTrainer` bit for bit) and PACS, rollout anchor, balanced class "
           "weights; each with `dynamic_sampling` on and off", "",
           "## 1. Overhead when nothing is dropped", "",
@@ -297,7 +291,7 @@ def main(argv=None) -> dict:
     )
     p.add_argument("--report-only", dest="report_only", action="store_true")
     p.add_argument("--smoke", action="store_true")
-    largs, args = learning.parse_study_args(p, argv)
+    largs, args = rl_runs.parse_study_args(p, argv)
     if args.smoke:
         largs.pairs, largs.overhead_steps, largs.steps, largs.max_rounds, largs.seeds = 1, 2, 2, 2, [0]
         largs.jobs = 0
@@ -312,7 +306,7 @@ def main(argv=None) -> dict:
 
     torch.set_num_threads(largs.threads)
     Path(largs.work_dir).mkdir(parents=True, exist_ok=True)
-    info = _common.machine_info()
+    info = harness.machine_info()
     t = _tasks.task(largs)
     warm = {ws: _tasks.warm_start(argparse.Namespace(**{**vars(largs), "warm_start": ws}), t)[1]
             for ws in dict.fromkeys([largs.overhead_ws, *largs.warm_starts])}  # fmt: skip
@@ -327,7 +321,7 @@ def main(argv=None) -> dict:
     raw = {"info": info, "args": vars(largs), "argv": sys.argv if argv is None else [__file__, *argv],
            "warm_starts": warm, "overhead_runs": runs, "overhead_summary": overhead_summary(runs),
            "cost_runs": cost, "cost_summary": cost_summary(cost)}  # fmt: skip
-    raw["info"]["load_average_end"] = _common.load_average()
+    raw["info"]["load_average_end"] = harness.load_average()
     out.mkdir(parents=True, exist_ok=True)
     raw_path.write_text(json.dumps(raw, indent=1))
     render(json.loads(raw_path.read_text()), out, args.smoke)

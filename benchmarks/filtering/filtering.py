@@ -1,17 +1,17 @@
 """Does filtering help PACS? Dynamic sampling and the uniform-group term, against GRPO + dynamic sampling, per optimizer
 step and per generated completion, on both pinned warm starts (issue 46; protocol: filtering_protocol.md).
 
-    nice python benchmarks/filtering/filtering.py --phase spot tune seeds --jobs 2 --work-dir WORK   # DS arms
-    nice python benchmarks/filtering/filtering.py --phase seeds-at-no-ds-picks --warm-starts sparse-s80 ...  # as run
-    nice python benchmarks/filtering/filtering.py --phase uniform --jobs 2 --work-dir WORK           # uniform-out arms
-    python benchmarks/filtering/filtering.py --collect --work-dir WORK     # filtering.json + report from the runs
-    python benchmarks/filtering/filtering.py --report-only                 # redo filtering.{md,png} from the JSON
-    python benchmarks/filtering/filtering.py --smoke                       # one tiny run per arm (tests)
+    nice python -m benchmarks.filtering.filtering --phase spot tune seeds --jobs 2 --work-dir WORK   # DS arms
+    nice python -m benchmarks.filtering.filtering --phase seeds-at-no-ds-picks --warm-starts sparse-s80 ...  # as run
+    nice python -m benchmarks.filtering.filtering --phase uniform --jobs 2 --work-dir WORK           # uniform-out arms
+    python -m benchmarks.filtering.filtering --collect --work-dir WORK     # filtering.json + report from the runs
+    python -m benchmarks.filtering.filtering --report-only                 # redo filtering.{md,png} from the JSON
+    python -m benchmarks.filtering.filtering --smoke                       # one tiny run per arm (tests)
 
 The sparsity study's task, model, RL settings and measurements (benchmarks/sparsity/, anchor.py): three-digit
 addition, a 0.49M-parameter Qwen3 from the pinned warm starts `dense-s105` and `sparse-s80`, 120 optimizer steps of
 8 prompts x 8 completions, 4 optimizer steps per generation. Arms: GRPO and GRPO + DS (through the GRPO layer,
-`pacs.grpo`: learning.py's `hardened_grpo` family), PACS rollout +- DS, the paper's method (pi_ref reset every 8
+`pacs.grpo`: rl_runs.py's `hardened_grpo` family), PACS rollout +- DS, the paper's method (pi_ref reset every 8
 generations) +- DS, and both PACS arms with uniform groups left out of the loss (`pacs_uniform_groups="drop"`, no
 DS). Dynamic sampling:
 `dynamic_sampling_max_rounds=10` (fixed by the protocol). Every run records, besides anchor.py's measurements, the
@@ -32,18 +32,12 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import _tasks, harness, rl_runs
+from benchmarks.anchor import anchor
+from benchmarks.sparsity import sparsity
+
 
 HERE = Path(__file__).resolve().parent
-BENCH = HERE.parents[0]
-for sub in ("anchor", "learning", "sparsity", ""):
-    sys.path.insert(0, str(BENCH / sub))
-
-import _common  # noqa: E402  (sets the offline environment before transformers is imported)
-import _tasks  # noqa: E402
-import anchor  # noqa: E402
-import learning  # noqa: E402
-import sparsity  # noqa: E402
-
 
 WARM_STARTS = ("dense-s105", "sparse-s80")
 PAPER = "PACS ref N=8 reset"  # the revised paper's method (sparsity.py's name)
@@ -96,7 +90,7 @@ def run_one(spec, args) -> dict:
     if family == "pacs":
         extra["pacs_beta"] = beta
     name = f"filtering: {arm} b={beta}"
-    learning.CONFIGS[name] = (family, extra)
+    rl_runs.CONFIGS[name] = (family, extra)
     rounds: list = []  # one entry per call of the reward function: a generation round
     G = args.num_generations
     curve: list = []
@@ -118,7 +112,7 @@ def run_one(spec, args) -> dict:
                 evaluate(model, state.global_step)
 
     out = os.path.join(args.work_dir, "runs", tag(spec))
-    trainer = learning.make_trainer(
+    trainer = rl_runs.make_trainer(
         name, lr, args, path, t["train"], seed, out, reward=sparsity.recording_reward(rounds, G)
     )
     trainer.remove_callback(PrinterCallback)
@@ -134,7 +128,7 @@ def run_one(spec, args) -> dict:
     run = {
         "warm_start": ws, "arm": arm, "base_arm": base, "beta": beta, "lr": lr, "seed": seed, "curve": curve,
         "rounds": rounds, "ds": ds, "generated": generated(), "kl_to_sft": anchor.probe_kl(trainer.model, path, args),
-        "seconds": seconds, "cpu_seconds": cpu, "load": _common.load_average(), "warm_start_sha256": record["sha256"],
+        "seconds": seconds, "cpu_seconds": cpu, "load": harness.load_average(), "warm_start_sha256": record["sha256"],
         "pacs_git": args.pacs_git, "machine": run_machine(),
     }  # fmt: skip
     print(
@@ -149,7 +143,7 @@ def run_one(spec, args) -> dict:
 def run_machine() -> dict:
     """The CPU this run ran on (lscpu's model name, the kernels torch picked, the lscpu flags hash) and its torch
     threads: runs of one study may come from several machines, and exact numbers hold within a CPU family only."""
-    info = _common.machine_info()
+    info = harness.machine_info()
     return {k: info[k] for k in ("cpu", "cpu_capability", "cpu_flags_sha256", "torch_threads", "date")}
 
 
@@ -159,7 +153,7 @@ def _store(spec, args, cache: Path) -> None:
 
 def sparsity_picks(raw: dict) -> dict:
     """The sparsity study's tuned (beta, lr) per (warm start, arm), by its own rule (sparsity_report.picks)."""
-    import sparsity_report
+    from benchmarks.sparsity import sparsity_report
 
     grids = {tuple(k.split("|")): v for k, v in raw["args"]["grids"].items()}
     return sparsity_report.picks(raw["runs"], grids, raw["args"]["tune_seed"])
@@ -268,13 +262,13 @@ def main(argv=None) -> dict:
     p.add_argument("--collect", action="store_true")
     p.add_argument("--report-only", dest="report_only", action="store_true")
     p.add_argument("--smoke", action="store_true")
-    largs, args = learning.parse_study_args(p, argv)
+    largs, args = rl_runs.parse_study_args(p, argv)
     largs.rewarmup, largs.sft_max_steps = 0, 25
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
     largs.pacs_git = git.stdout.strip() or None
     out = Path(args.out_dir)
     raw_path = out / ("filtering_smoke.json" if args.smoke else "filtering.json")
-    import filtering_report
+    from benchmarks.filtering import filtering_report
 
     if args.report_only:
         raw = json.loads(raw_path.read_text())
@@ -283,12 +277,12 @@ def main(argv=None) -> dict:
     if args.smoke:  # one tiny run per arm, from an unpinned warm start; nothing reused
         largs.warm_starts, largs.max_steps = ["smoke"], 4
         runs = [run_one(("smoke", arm, 1.0 if ARMS[arm][1] == "pacs" else None, 1e-4, 0), largs) for arm in ARMS]
-        raw = {"info": _common.machine_info(), "args": vars(largs), "runs": runs, "spot": None, "warm_starts": {}}
+        raw = {"info": harness.machine_info(), "args": vars(largs), "runs": runs, "spot": None, "warm_starts": {}}
         out.mkdir(parents=True, exist_ok=True)
         raw_path.write_text(json.dumps(raw, indent=1))
         filtering_report.report(raw, out, smoke=True)
         return raw
-    sparsity_raw = json.loads((BENCH / "sparsity" / "sparsity.json").read_text())
+    sparsity_raw = json.loads((HERE.parent / "sparsity" / "sparsity.json").read_text())
     picks = sparsity_picks(sparsity_raw)
     cache = Path(args.work_dir) / "cache"
     cache.mkdir(parents=True, exist_ok=True)
@@ -298,7 +292,7 @@ def main(argv=None) -> dict:
             s for s in specs_for(phase, largs, picks, load_runs(cache)) if not (cache / f"{tag(s)}.json").exists()
         ]
         print(f"[filtering] phase {phase}: {len(specs)} runs to go", flush=True)
-        _common.run_all(store, specs, args.jobs, lambda _: None)
+        harness.run_all(store, specs, args.jobs, lambda _: None)
     if not args.collect:
         return {}
     runs = load_runs(cache)
@@ -309,12 +303,12 @@ def main(argv=None) -> dict:
         for ws in largs.warm_starts
     }
     raw = {
-        "info": _common.machine_info(), "args": {k: v for k, v in vars(largs).items() if _jsonable(v)},
+        "info": harness.machine_info(), "args": {k: v for k, v in vars(largs).items() if _jsonable(v)},
         "argv": sys.argv, "warm_starts": warm, "sparsity_picks": {f"{k[0]}|{k[1]}": v for k, v in picks.items()},
         "ds_picks": {f"{k[0]}|{k[1]}": v for k, v in ds_picks(runs, picks, largs.tune_seed).items()},
         "spot": spot_check(spot, sparsity_raw), "runs": runs,
     }  # fmt: skip
-    raw["info"]["load_average_end"] = _common.load_average()
+    raw["info"]["load_average_end"] = harness.load_average()
     out.mkdir(parents=True, exist_ok=True)
     raw_path.write_text(json.dumps(raw, indent=1))
     filtering_report.report(raw, out)

@@ -1,4 +1,4 @@
-"""Renders filtering.md (and filtering.png) from filtering.json (`python benchmarks/filtering/filtering.py
+"""Renders filtering.md (and filtering.png) from filtering.json (`python -m benchmarks.filtering.filtering
 --report-only`). Every number is computed here from the runs, with the rules of filtering_protocol.md (written before
 the runs). Not run on its own."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import report as report_md
-from _common import t_interval
-from anchor_report import decide, fmt
+from benchmarks import report as report_md
+from benchmarks.anchor.anchor_report import decide, fmt
+from benchmarks.harness import t_interval
 
 
 PAPER = "PACS ref N=8 reset"

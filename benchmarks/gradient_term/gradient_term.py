@@ -1,7 +1,7 @@
 """How large is the gradient term of the paper's Eq. 5 that backpropagating the PACS loss does not produce?
 
-    python benchmarks/gradient_term/gradient_term.py --work-dir /tmp/pacs-bench-anchor  # after anchor.py's SFT
-    python benchmarks/gradient_term/gradient_term.py --smoke
+    python -m benchmarks.gradient_term.gradient_term --work-dir /tmp/pacs-bench-anchor  # after anchor.py's SFT
+    python -m benchmarks.gradient_term.gradient_term --smoke
 
 The paper differentiates L(theta) = E_{q, o ~ pi_theta}[l(psi(o), R(o))] and so gets (Eq. 5, Appendix A.1)
 
@@ -23,15 +23,10 @@ import os
 import sys
 from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))  # learning.py and its report
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
-
-import _common  # offline environment; machine_info
-import _tasks
-import learning
 import torch
 from torch.nn.utils import parameters_to_vector
+
+from benchmarks import _tasks, harness, rl_runs
 
 
 HERE = Path(__file__).resolve().parent
@@ -100,11 +95,11 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=4, help="fresh samples per measurement point")
     p.add_argument("--smoke", action="store_true")
     args, rest = p.parse_known_args(argv)
-    largs = learning.parse_args(rest + (["--smoke"] if args.smoke else []) + ["--work-dir", args.work_dir])
+    largs = rl_runs.parse_args(rest + (["--smoke"] if args.smoke else []) + ["--work-dir", args.work_dir])
     if args.smoke:
         args.steps, args.problems, args.repeats = [0, 2], 2, 1
     torch.set_num_threads(1)
-    info = _common.machine_info()  # the CPU (model, kernels, lscpu flags hash), versions and code, as every study
+    info = harness.machine_info()  # the CPU (model, kernels, lscpu flags hash), versions and code, as every study
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
 
@@ -112,14 +107,14 @@ def main(argv=None) -> dict:
     test, val, dev, sft, rl = _tasks.make_problems()
     sft_path, warm = _tasks.warm_start(largs, _tasks.task(largs))  # pinned (benchmarks/warm_starts/), sha256 checked
     reference = AutoModelForCausalLM.from_pretrained(sft_path).eval()
-    learning.CONFIGS["PACS reference"] = (
+    rl_runs.CONFIGS["PACS reference"] = (
         "pacs",
         {"pacs_beta": 1.0, "pacs_class_weight": "balanced", "pacs_anchor": "reference"},
     )
     largs.max_steps = max(args.steps)
     dataset = Dataset.from_dict({"prompt": [q for q, _ in rl], "answer": [_tasks.final_answer(a) for _, a in rl]})
     out = os.path.join(args.work_dir, "gradient_term")
-    trainer = learning.make_trainer("PACS reference", args.lr, largs, sft_path, dataset, 0, out)
+    trainer = rl_runs.make_trainer("PACS reference", args.lr, largs, sft_path, dataset, 0, out)
     points = []
 
     def measure(model, step):
@@ -160,7 +155,7 @@ def main(argv=None) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     name = "gradient_term_smoke.json" if args.smoke else "gradient_term.json"
-    info["load_average_end"] = _common.load_average()
+    info["load_average_end"] = harness.load_average()
     argv_ = sys.argv if argv is None else ["benchmarks/gradient_term/gradient_term.py", *argv]
     raw = {"info": info, "args": vars(args), "argv": argv_, "warm_start": warm, "points": points, "table": table}
     (out / name).write_text(json.dumps(raw, indent=1))

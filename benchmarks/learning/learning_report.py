@@ -1,6 +1,6 @@
 """The markdown report and plot of `learning.py`, rendered from the JSON it writes (see that script for the runs).
 
-    python benchmarks/learning/learning.py --report-only   # redo learning.md / learning.png from learning.json
+    python -m benchmarks.learning.learning --report-only   # redo learning.md / learning.png from learning.json
 
 The verdict is a person's reading, kept in learning_verdict.md and appended as it is; everything else here is
 computed from the runs.
@@ -12,8 +12,9 @@ import json
 import statistics
 from pathlib import Path
 
-import report
 import torch
+
+from benchmarks import report
 
 
 # learning.json of 2026-12-02 predates info["code"]; this is what that run used

@@ -1,7 +1,7 @@
 """How far does TRL's LoRA weight push move the frozen base weights in bf16? Drift after N merge/unmerge round trips.
 
-    nice -n 5 python benchmarks/lora_push_drift/lora_push_drift.py    # ~8 min on 2 shared CPU cores
-    python benchmarks/lora_push_drift/lora_push_drift.py --smoke      # seconds: 10 pushes on a 64 x 128 layer
+    nice -n 5 python -m benchmarks.lora_push_drift.lora_push_drift    # ~8 min on 2 shared CPU cores
+    python -m benchmarks.lora_push_drift.lora_push_drift --smoke      # seconds: 10 pushes on a 64 x 128 layer
 
 At every weight push to vLLM, TRL 1.16 (`VLLMGeneration._iter_named_params`) merges the adapters into the base
 weights in place and unmerges them after reading (peft: `W += ΔW`, then `W -= ΔW`, ΔW = scaling * B @ A); in bf16

@@ -1,10 +1,10 @@
 """Where PACS pays: accuracy per generated completion as each generation feeds more optimizer steps (CPU).
 
-    nice -n 10 python benchmarks/reuse/reuse.py --jobs 2 --seeds 0 1 2 3 4 5 6 7   # what reuse.md ran: 113 runs,
+    nice -n 10 python -m benchmarks.reuse.reuse --jobs 2 --seeds 0 1 2 3 4 5 6 7   # what reuse.md ran: 113 runs,
                                                          # ~111 CPU-min, ~95 min on 2 shared cores
-    python benchmarks/reuse/reuse.py --smoke                 # one tiny iteration (what tests/test_benchmarks.py runs)
-    python benchmarks/reuse/reuse.py --report-only           # redo reuse.md / reuse.png from reuse.json
-    python benchmarks/reuse/reuse.py --cached-only --seeds ...  # collect cached runs into reuse.json, run nothing
+    python -m benchmarks.reuse.reuse --smoke                 # one tiny iteration (what tests/test_benchmarks.py runs)
+    python -m benchmarks.reuse.reuse --report-only           # redo reuse.md / reuse.png from reuse.json
+    python -m benchmarks.reuse.reuse --cached-only --seeds ...  # collect cached runs into reuse.json, run nothing
 
 Same task, model and SFT warm start as `learning.py` (three-digit addition with a 32-token scratchpad, a 0.49M-parameter
 Qwen3). Every run gets the same number of generated completions (`--completions`, 8 prompts x 8 per optimizer
@@ -29,13 +29,13 @@ Steps:
    at fixed numbers of generated completions (`--eval-every-completions`), the same points for every cell.
 4. Per cell: final test accuracy with a 95% t-interval, completions to a threshold, the share of optimizer steps whose
    gradient norm was clipped (and GRPO's/RLOO's share of importance-ratio-clipped tokens), and for PACS the critic
-   (`_common.critic_summary`: |sigma(psi) - 1/2| on off-policy steps, the within-group ranking of psi). Paired by
+   (`harness.critic_summary`: |sigma(psi) - 1/2| on off-policy steps, the within-group ranking of psi). Paired by
    seed: PACS minus GRPO/RLOO per cell, and each algorithm's k=16 (and mu) minus its k=1.
 
 Each finished run is cached as JSON in `--work-dir`/reuse_runs (keyed by every setting that changes it, the config's
 keyword arguments included), so an interrupted or extended invocation redoes nothing; reuse.json collects them, and
 `reuse_report.py` renders reuse.md and reuse.png from it. `--algorithms` (or `--configs`) takes any name of
-`learning.CONFIGS`, so a config added there (any PACSConfig keyword arguments) can be run here too; its learning-rate
+`rl_runs.CONFIGS`, so a config added there (any PACSConfig keyword arguments) can be run here too; its learning-rate
 grid is centred on PICKED_LR (1e-5 for a name not listed there).
 """
 
@@ -49,21 +49,16 @@ import sys
 import time
 from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "learning"))  # learning.py and its report
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
-
-import _common  # sets the offline environment before transformers is imported
-import _tasks
-import learning
-import learning_report
-import reuse_report
 import torch
-from reuse_report import cells, pick_lrs
+
+from benchmarks import _tasks, harness, rl_runs
+from benchmarks.learning import learning_report
+from benchmarks.reuse import reuse_report
+from benchmarks.reuse.reuse_report import cells, pick_lrs
 
 
 HERE = Path(__file__).resolve().parent
-ALGORITHMS = ["PACS b=1 balanced", "GRPO", "RLOO"]  # names of learning.CONFIGS
+ALGORITHMS = ["PACS b=1 balanced", "GRPO", "RLOO"]  # names of rl_runs.CONFIGS
 PICKED_LR = {"PACS b=1 balanced": 1e-5, "GRPO": 3e-5, "RLOO": 1e-5}  # learning.md: validation pick at k=4, 120 steps
 LR_LADDER = [1e-6, 3e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3]
 
@@ -79,7 +74,7 @@ def lr_grid(name: str, offsets: list[int]) -> list[float]:
 
 
 def run_settings(args, spg: int, mu: int) -> argparse.Namespace:
-    """`args` as learning.run_one reads them for one cell: the same completions, the cell's knob and step count."""
+    """`args` as rl_runs.run_one reads them for one cell: the same completions, the cell's knob and step count."""
     rows = reuse_report.rows_per_step(args)
     return argparse.Namespace(
         **{
@@ -98,15 +93,15 @@ def run_key(args, name: str) -> dict:
     keys = ("hidden_size", "num_layers", "sft_lr", "sft_target", "sft_max_steps", "sft_batch_size", "threads")
     keys += ("num_generations", "prompts_per_step", "completions", "eval_every_completions")
     keys += ("warm_start",) if not args.smoke else ()
-    return {**{k: getattr(args, k) for k in keys}, "config": learning.CONFIGS[name]}
+    return {**{k: getattr(args, k) for k in keys}, "config": rl_runs.CONFIGS[name]}
 
 
 def run_tag(name: str, spg: int, mu: int, lr: float, seed: int) -> str:
     return f"{name.replace(' ', '_').replace('=', '')}-k{spg}-mu{mu}-lr{lr:g}-s{seed}"
 
 
-def cache(args) -> _common.RunCache:
-    return _common.RunCache(Path(args.work_dir) / "reuse_runs")
+def cache(args) -> harness.RunCache:
+    return harness.RunCache(Path(args.work_dir) / "reuse_runs")
 
 
 # 1. Runs, in this process or in a pool of workers (each builds the task once) --------------------------------------
@@ -115,14 +110,14 @@ def cache(args) -> _common.RunCache:
 def run_cell(args, spec) -> dict:
     """One (algorithm, steps_per_generation, num_iterations, lr, seed) run, cached as JSON in the work dir."""
     name, spg, mu, lr, seed = spec
-    run = learning.run_one(name, lr, seed, run_settings(args, spg, mu), _tasks.warm_start(args, _tasks.task(args))[0])
+    run = rl_runs.run_one(name, lr, seed, run_settings(args, spg, mu), _tasks.warm_start(args, _tasks.task(args))[0])
     run.update(steps_per_generation=spg, num_iterations=mu)
     return cache(args).put(run_tag(*spec), run_key(args, name), run)
 
 
 def execute(args, specs: list[tuple], runs: list[dict], save) -> None:
     """Run the specs that are not cached yet (`args.jobs` at a time, costliest first); append every result to runs."""
-    _common.run_missing(
+    harness.run_missing(
         specs, lambda spec: cache(args).get(run_tag(*spec), run_key(args, spec[0])), functools.partial(run_cell, args),
         runs, save, args.jobs, args.cached_only, order=lambda spec: -spec[2],  # a mu run takes mu x the steps
     )  # fmt: skip
@@ -138,7 +133,7 @@ def parse_args(argv):
         "--work-dir", default="/tmp/pacs-bench-learning", help="SFT checkpoint, cached runs (shared with learning.py)"
     )
     p.add_argument("--algorithms", "--configs", dest="algorithms", nargs="+", default=ALGORITHMS, metavar="NAME",
-                   choices=list(learning.CONFIGS), help="names of learning.CONFIGS; the first is compared")  # fmt: skip
+                   choices=list(rl_runs.CONFIGS), help="names of rl_runs.CONFIGS; the first is compared")  # fmt: skip
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="the first one also picks the lr")
     p.add_argument("--reuse", nargs="+", type=int, default=[1, 4, 16], help="steps_per_generation values")
     p.add_argument("--num-iterations-at", dest="num_iterations_at", type=int, default=4, help="0: no such cell")
@@ -147,7 +142,7 @@ def parse_args(argv):
         dest="num_iterations_for",
         nargs="+",
         default=ALGORITHMS,
-        choices=list(learning.CONFIGS),
+        choices=list(rl_runs.CONFIGS),
     )
     p.add_argument("--lr-steps", dest="lr_steps", nargs="+", type=int, default=[-1, 0], help="grid: half-decade steps "
                    "from learning.md's pick (-1: a third of it)")  # fmt: skip
@@ -192,14 +187,14 @@ def main(argv=None) -> dict:
     work_dir.mkdir(parents=True, exist_ok=True)
     t = _tasks.task(args)
     _, sft_meta = _tasks.warm_start(args, t)  # pinned (benchmarks/warm_starts/), sha256 checked
-    info = _common.machine_info()  # with info["code"]: $PACS_BENCH_CODE or "this checkout"
+    info = harness.machine_info()  # with info["code"]: $PACS_BENCH_CODE or "this checkout"
     args.lr_center = {name: PICKED_LR.get(name, 1e-5) for name in args.algorithms}  # for the report
     runs: list[dict] = []
-    command = " ".join(["python benchmarks/reuse/reuse.py", *sys.argv[1:]]) if argv is None else f"reuse.main({argv})"
+    command = " ".join(["python -m benchmarks.reuse.reuse", *sys.argv[1:]]) if argv is None else f"reuse.main({argv})"
     raw = {"info": info, "args": vars(args), "command": command, "sft": sft_meta, "warm_start": sft_meta, "runs": runs}
 
     def save():
-        raw["info"]["load_average_end"] = _common.load_average()
+        raw["info"]["load_average_end"] = harness.load_average()
         raw_path.write_text(json.dumps(raw, indent=1))
 
     # 2. lr pick on the first seed (validation accuracy), then 3. the other seeds at each cell's picked lr. A

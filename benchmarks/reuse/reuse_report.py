@@ -1,6 +1,6 @@
 """The markdown report and plot of `reuse.py`, rendered from the JSON it writes (see that script for the runs).
 
-    python benchmarks/reuse/reuse.py --report-only           # redo reuse.md / reuse.png from reuse.json
+    python -m benchmarks.reuse.reuse --report-only           # redo reuse.md / reuse.png from reuse.json
 
 The verdict is a person's reading, kept in reuse_verdict.md and appended as it is; everything else here is computed
 from the runs.
@@ -11,9 +11,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import learning_report
-import report
 import torch
+
+from benchmarks import report
+from benchmarks.learning import learning_report
 
 
 RATIO_CLIP = "clip_ratio/region_mean"  # GRPO's and RLOO's share of tokens whose importance ratio was clipped

@@ -1,7 +1,7 @@
 """Throughput and hostile-input timings of the bounded math-verify reward.
 
-    HF_HUB_OFFLINE=1 python benchmarks/reward_throughput/reward_throughput.py                  # 1000 items
-    HF_HUB_OFFLINE=1 python benchmarks/reward_throughput/reward_throughput.py --num-workers 4  # another pool size
+    HF_HUB_OFFLINE=1 python -m benchmarks.reward_throughput.reward_throughput                  # 1000 items
+    HF_HUB_OFFLINE=1 python -m benchmarks.reward_throughput.reward_throughput --num-workers 4  # another pool size
 
 Verifications per second of `pacs.rewards` (the bounded process-pool verifier, as `math_reward` runs it) against
 plain in-process math-verify (`verify(parse(gold), parse(pred))`, the unbounded baseline), on MATH-500 gold answers
@@ -15,7 +15,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pacs.testing import HOSTILE_COMPLETIONS
+from tests.hostile_completions import HOSTILE_COMPLETIONS
 
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

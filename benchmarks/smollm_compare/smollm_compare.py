@@ -1,9 +1,9 @@
 """PACS vs GRPO vs RLOO on a real pretrained model: SmolLM2-135M-Instruct + LoRA on the demo's arithmetic, on CPU.
 
-    python benchmarks/smollm_compare/smollm_compare.py                    # 3 algorithms x seeds 0 1: ~40 CPU-min
-    python benchmarks/smollm_compare/smollm_compare.py --seeds 0 1 2 3 4  # what smollm_compare.md ran (~1 h 45 min)
-    python benchmarks/smollm_compare/smollm_compare.py --smoke            # the tiny test model, 2 steps (smoke test)
-    python benchmarks/smollm_compare/smollm_compare.py --report-only      # redo smollm_compare.md from its JSON
+    python -m benchmarks.smollm_compare.smollm_compare                    # 3 algorithms x seeds 0 1: ~40 CPU-min
+    python -m benchmarks.smollm_compare.smollm_compare --seeds 0 1 2 3 4  # what smollm_compare.md ran (~1 h 45 min)
+    python -m benchmarks.smollm_compare.smollm_compare --smoke            # the tiny test model, 2 steps (smoke test)
+    python -m benchmarks.smollm_compare.smollm_compare --report-only      # redo smollm_compare.md from its JSON
 
 Each run is exactly `pacs demo --algorithm <a> --seed <s>` (`pacs.demo.train_and_evaluate`): the same converted
 model, training problems, held-out problems, LoRA, batch, learning rate, optimizer steps, steps per generation and
@@ -13,7 +13,7 @@ sampling seed; only the trainer differs (TRL's KL penalty off for all three). St
    is the same model on the same problems with the same decoding).
 2. Per (seed, algorithm), train and measure held-out accuracy again; the change comes with a paired 95% interval.
 3. Per algorithm, from the run's log (one entry per optimizer step): for PACS the implicit critic on off-policy
-   steps (`_common.critic_summary`: per-step medians of |sigma(psi) - 1/2|, the within-group ranking of psi), for
+   steps (`harness.critic_summary`: per-step medians of |sigma(psi) - 1/2|, the within-group ranking of psi), for
    all the fraction of steps where gradient clipping was active (TRL logs the norm before clipping).
 4. Write smollm_compare.json to --out-dir; `smollm_compare_report.py` renders smollm_compare.md from it. Finished
    runs are kept in --work-dir and reused, so an interrupted run resumes.
@@ -28,11 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
-
-import _common  # sets the offline environment before transformers is imported
-import smollm_compare_report
+from benchmarks import harness
+from benchmarks.smollm_compare import smollm_compare_report
 
 
 HERE = Path(__file__).resolve().parent
@@ -58,9 +55,9 @@ def run_one(args, seed: int, algorithm: str, before: dict | None) -> dict:
     )  # fmt: skip
     metrics = demo.train_and_evaluate(dargs, algorithm, before=before, progress=False)
     # TRL generates every steps_per_generation optimizer steps (the demo's gradient accumulation is 1)
-    metrics["critic"] = _common.critic_summary(metrics["log_history"], dargs.steps_per_generation)
-    metrics["clip_fraction"] = _common.clip_fraction(metrics["log_history"], 1.0)
-    metrics["load_average_end"] = _common.load_average()
+    metrics["critic"] = harness.critic_summary(metrics["log_history"], dargs.steps_per_generation)
+    metrics["clip_fraction"] = harness.clip_fraction(metrics["log_history"], 1.0)
+    metrics["load_average_end"] = harness.load_average()
     (out / "demo_metrics.json").write_text(json.dumps(metrics, indent=1))
     return metrics
 
@@ -95,7 +92,7 @@ def main(argv=None) -> dict:
     if args.report_only:
         raw = json.loads(raw_path.read_text())
     else:
-        raw = {"info": _common.machine_info(), "argv": sys.argv if argv is None else ["x", *argv], "runs": []}
+        raw = {"info": harness.machine_info(), "argv": sys.argv if argv is None else ["x", *argv], "runs": []}
         for seed in args.seeds:  # seed-major: a partial run still compares the algorithms on the seeds it covers
             before = None
             for algorithm in args.algorithms:
@@ -103,7 +100,7 @@ def main(argv=None) -> dict:
                 if done.exists() and not args.smoke:
                     metrics = json.loads(done.read_text())
                     spg = metrics["settings"]["steps_per_generation"]  # the critic as this version summarises it
-                    metrics["critic"] = _common.critic_summary(metrics["log_history"], spg)
+                    metrics["critic"] = harness.critic_summary(metrics["log_history"], spg)
                     print(f"[smollm] reusing {done}", flush=True)
                 else:
                     t0 = time.perf_counter()
@@ -111,13 +108,13 @@ def main(argv=None) -> dict:
                     print(
                         f"[smollm] {algorithm} seed {seed}: {metrics['before']['accuracy']:.3f} -> "
                         f"{metrics['after']['accuracy']:.3f} ({time.perf_counter() - t0:.0f}s, load "
-                        f"{_common.load_average()})",
+                        f"{harness.load_average()})",
                         flush=True,
                     )
                 before = before or metrics["before"]
                 metrics.pop("log_history_full", None)
                 raw["runs"].append(metrics)
-                raw["info"]["load_average_end"] = _common.load_average()
+                raw["info"]["load_average_end"] = harness.load_average()
                 raw_path.write_text(json.dumps(raw, indent=1))
     smollm_compare_report.write(raw, out_dir, args.smoke)
     return raw

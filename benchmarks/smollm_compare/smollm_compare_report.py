@@ -1,6 +1,6 @@
 """The markdown report of `smollm_compare.py`, rendered from the JSON it writes (see that script for the runs).
 
-    python benchmarks/smollm_compare/smollm_compare.py --report-only   # redo smollm_compare.md from its JSON
+    python -m benchmarks.smollm_compare.smollm_compare --report-only   # redo smollm_compare.md from its JSON
 
 The verdict is a person's reading, kept in smollm_compare_verdict.md and appended as it is.
 """
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import _common
-import report
+from benchmarks import harness, report
 
 
 NAMES = {"pacs": "PACS (β=1, balanced)", "grpo": "GRPO", "rloo": "RLOO"}
@@ -75,7 +74,7 @@ def summarize(runs: list[dict]) -> str:
             diffs = [r["after"]["accuracy"] - grpo_after[r["seed"]] for r in rs if r["seed"] in seeds]
             by_seed = pct_interval(diffs)
             if len(diffs) > 1:  # is the per-seed interval wider than the paired-over-problems one?
-                _, lo, hi = _common.t_interval(diffs)
+                _, lo, hi = harness.t_interval(diffs)
                 wider.append(hi - lo > d["ci95"][1] - d["ci95"][0])
         lines.append(
             f"| {NAMES[alg]} | {len(rs)} | {sum(before['per_problem']) / n:.1%} | {sum(after['per_problem']) / n:.1%} "

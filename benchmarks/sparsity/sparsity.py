@@ -1,9 +1,9 @@
 """Does the verdict hold on a sparser warm start, and do the paper's two claims (sparse rewards, stable updates) hold?
 
-    nice python benchmarks/sparsity/sparsity.py --jobs 2 --out-dir OUT --work-dir WORK   # the study (~1 h 40 min, 2 cores)
-    python benchmarks/sparsity/sparsity.py --smoke                    # one tiny run per arm (tests)
-    python benchmarks/sparsity/sparsity.py --report-only              # redo sparsity.{md,png} from sparsity.json
-    python benchmarks/sparsity/sparsity.py --only sparse-s80 "PACS ref N=8 reset" 0.3 1e-05 0   # one run, as JSON
+    nice python -m benchmarks.sparsity.sparsity --jobs 2 --out-dir OUT --work-dir WORK   # the study (~1 h 40 min, 2 cores)
+    python -m benchmarks.sparsity.sparsity --smoke                    # one tiny run per arm (tests)
+    python -m benchmarks.sparsity.sparsity --report-only              # redo sparsity.{md,png} from sparsity.json
+    python -m benchmarks.sparsity.sparsity --only sparse-s80 "PACS ref N=8 reset" 0.3 1e-05 0   # one run, as JSON
 
 The protocol (committed before any run: sparsity_protocol.md). anchor.py's task, model, RL settings and measurements
 (three-digit addition, a 0.49M-parameter Qwen3, 120 optimizer steps of 8 prompts x 8 completions, 4 optimizer steps
@@ -25,18 +25,12 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks import _tasks, harness, rl_runs
+from benchmarks.anchor import anchor
+from benchmarks.sparsity import sparsity_report
+
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[0] / "anchor"))
-sys.path.insert(0, str(HERE.parents[0] / "learning"))
-sys.path.insert(0, str(HERE.parents[0]))
-
-import _common  # noqa: E402  (sets the offline environment before transformers is imported)
-import _tasks  # noqa: E402
-import anchor  # noqa: E402
-import learning  # noqa: E402
-import sparsity_report  # noqa: E402
-
 
 WARM_STARTS = ("dense-s105", "sparse-s80")
 ARMS = ("PACS rollout", "PACS ref N=8 reset", "GRPO", "RLOO")
@@ -98,7 +92,7 @@ def run_all(args) -> tuple[list[dict], dict]:
     def run_batch(specs) -> None:
         todo = list(dict.fromkeys(s for s in specs if not (cache / f"{tag(s)}.json").exists()))
         print(f"[sparsity] {len(todo)} runs to go", flush=True)
-        _common.run_all(store, todo, args.jobs, lambda _: None)
+        harness.run_all(store, todo, args.jobs, lambda _: None)
 
     grids = {(ws, arm): _grid(arm, args) for ws in args.warm_starts for arm in args.arms}
 
@@ -206,7 +200,7 @@ def main(argv=None) -> dict:
     p.add_argument("--report-only", dest="report_only", action="store_true")
     p.add_argument("--only", nargs=5, metavar=("WARM_START", "ARM", "BETA", "LR", "SEED"), help="one run, as JSON")
     p.add_argument("--smoke", action="store_true")
-    largs, args = learning.parse_study_args(p, argv)
+    largs, args = rl_runs.parse_study_args(p, argv)
     largs.rewarmup, largs.sft_max_steps = 0, 25
     if args.smoke:
         largs.seeds, largs.stability_seeds, largs.betas, largs.lrs, largs.baseline_lrs = (
@@ -224,7 +218,7 @@ def main(argv=None) -> dict:
         raw = json.loads(raw_path.read_text())
         sparsity_report.report(raw, out, smoke=args.smoke)
         return raw
-    info = _common.machine_info()
+    info = harness.machine_info()
     if args.only:
         ws, arm, beta, lr, seed = args.only
         run = run_one((ws, arm, None if beta == "-" else float(beta), float(lr), int(seed)), largs)
@@ -237,7 +231,7 @@ def main(argv=None) -> dict:
     shares = [uniform_share(r, largs, batches=1 if args.smoke else 4) for r in runs if r.get("saved")]
     raw = {"info": info, "args": {**vars(largs), "grids": grids}, "argv": sys.argv, "warm_starts": warm,
            "runs": runs, "uniform_share": shares}  # fmt: skip
-    raw["info"]["load_average_end"] = _common.load_average()
+    raw["info"]["load_average_end"] = harness.load_average()
     raw_path.write_text(json.dumps(raw, indent=1))
     sparsity_report.report(raw, out, smoke=args.smoke)
     return raw

@@ -1,4 +1,4 @@
-"""Renders sparsity.md (and sparsity.png) from sparsity.json (`python benchmarks/sparsity/sparsity.py --report-only`),
+"""Renders sparsity.md (and sparsity.png) from sparsity.json (`python -m benchmarks.sparsity.sparsity --report-only`),
 and the tuning picks the runner uses. Every number is computed here from the runs, and the verdict lines follow the
 rules of sparsity_protocol.md (written before the runs). Not run on its own."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import anchor_report
-import report as report_md
-from _common import t_interval
-from anchor_report import auc, decide, final, fmt
+from benchmarks import report as report_md
+from benchmarks.anchor import anchor_report
+from benchmarks.anchor.anchor_report import auc, decide, final, fmt
+from benchmarks.harness import t_interval
 
 
 PAPER, ROLLOUT, RECIPES = "PACS ref N=8 reset", "PACS rollout", "recipes (paper's method, β 1)"

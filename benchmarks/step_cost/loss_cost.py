@@ -2,15 +2,15 @@
 per-token loss on the same tensors and to one forward+backward of the model it would serve (6 x params x tokens
 FLOPs, converted to time with the matmul throughput measured on this machine).
 
-Run through `python benchmarks/step_cost/step_cost.py --loss-only`; `step_cost_report.loss_only_markdown` renders it.
+Run through `python -m benchmarks.step_cost.step_cost --loss-only`; `step_cost_report.loss_only_markdown` renders it.
 """
 
 from __future__ import annotations
 
 import time
 
-import _common
-from step_cost_setup import count_params
+from benchmarks import harness
+from benchmarks.step_cost.step_cost_setup import count_params
 
 
 def grpo_dapo_loss(per_token_logps, old_per_token_logps, completion_mask, advantages, eps=0.2):
@@ -96,5 +96,5 @@ def loss_only(args) -> dict:
         "matmul_flops_per_s": flops_per_s,
         "matmul_dtype": str(dtype),
         "models": models,
-        "load": _common.load_average(),
+        "load": harness.load_average(),
     }

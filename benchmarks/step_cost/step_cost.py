@@ -1,12 +1,12 @@
 """Cost of a training step under PACSTrainer, GRPOTrainer (beta 0) and RLOOTrainer (beta 0): same model, data, batch, seed.
 
-    python benchmarks/step_cost/step_cost.py                                          # CPU: random Qwen3, 4 reps
-    python benchmarks/step_cost/step_cost.py --device cuda --model-config qwen3-1.7b  # GPU: Qwen3-1.7B's shape, bf16
-    python benchmarks/step_cost/step_cost.py --loss-only                              # pacs_loss alone, 8192 x 4096
-    python benchmarks/step_cost/step_cost.py --ab                                     # loss+backward A/B/C, 1 process
-    python benchmarks/step_cost/step_cost.py --split                                  # split groups: batch 1/2/4 vs 8
-    python benchmarks/step_cost/step_cost.py --smoke                                  # one tiny iteration (smoke test)
-    python benchmarks/step_cost/step_cost.py --report-only [--split|--ab|--loss-only]  # redo a report from its JSON
+    python -m benchmarks.step_cost.step_cost                                          # CPU: random Qwen3, 4 reps
+    python -m benchmarks.step_cost.step_cost --device cuda --model-config qwen3-1.7b  # GPU: Qwen3-1.7B's shape, bf16
+    python -m benchmarks.step_cost.step_cost --loss-only                              # pacs_loss alone, 8192 x 4096
+    python -m benchmarks.step_cost.step_cost --ab                                     # loss+backward A/B/C, 1 process
+    python -m benchmarks.step_cost.step_cost --split                                  # split groups: batch 1/2/4 vs 8
+    python -m benchmarks.step_cost.step_cost --smoke                                  # one tiny iteration (smoke test)
+    python -m benchmarks.step_cost.step_cost --report-only [--split|--ab|--loss-only]  # redo a report from its JSON
 
 Steps:
 
@@ -50,13 +50,11 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import harness
+from benchmarks.step_cost import step_cost_report
+from benchmarks.step_cost.loss_cost import loss_only
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared _common, report, _tasks
-
-import _common  # sets the offline environment before transformers is imported
-import step_cost_report
-from loss_cost import loss_only
-from step_cost_setup import MODEL_CONFIGS, build_data, build_model, parity_reward, trainer_class_and_config
+from .step_cost_setup import MODEL_CONFIGS, build_data, build_model, parity_reward, trainer_class_and_config
 
 
 HERE = Path(__file__).resolve().parent
@@ -180,7 +178,7 @@ def worker(args) -> dict:
                 else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             ),
             "mem_kind": "torch.cuda.max_memory_allocated" if cuda else "peak RSS (ru_maxrss)",
-            "load": _common.load_average(),
+            "load": harness.load_average(),
             "num_parameters": sum(p.numel() for p in model.parameters()),
         }
     )
@@ -229,14 +227,14 @@ def ab_backward(args) -> dict:
             if rnd > 0:
                 times[name]["wall"].append(w1 - w0)
                 times[name]["cpu"].append(c1 - c0)
-    return {"rounds": args.ab_rounds, "times": times, "load": _common.load_average()}
+    return {"rounds": args.ab_rounds, "times": times, "load": harness.load_average()}
 
 
 # 3. Parent: interleave workers, aggregate -------------------------------------------------------------------------
 
 
 def worker_argv(args, trainer: str, rep: int) -> list[str]:
-    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--trainer", trainer, "--rep", str(rep)]
+    argv = [sys.executable, "-m", __spec__.name, "--worker", "--trainer", trainer, "--rep", str(rep)]
     for k in ("device", "model_config", "threads", "seed", "prompt_length", "completion_length", "num_generations",
               "prompts_per_step", "steps_per_generation", "warmup_steps", "steps", "work_dir"):  # fmt: skip
         argv += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
@@ -246,7 +244,7 @@ def worker_argv(args, trainer: str, rep: int) -> list[str]:
 def run_worker(args, argv: list[str]) -> dict:
     """One worker in a fresh process (its own peak memory), or in this one under --smoke (one import, not meaningful)."""
     if args.smoke:
-        return worker(parse_args(argv[2:]))
+        return worker(parse_args(argv[3:]))
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -382,11 +380,11 @@ def main(argv=None) -> dict:
         if args.report_only:  # redo the markdown from the json (with a split run's "notes": bullets added by hand)
             out = json.loads(path.read_text())
         else:
-            out = {"info": _common.machine_info(), "args": vars(args), "argv": ["x", *argv] if argv else sys.argv}
+            out = {"info": harness.machine_info(), "args": vars(args), "argv": ["x", *argv] if argv else sys.argv}
             out["results" if key == "split" else key] = measure(args)
             if key == "results":
                 out["table"] = step_cost_report.ratio_table(out["results"], cpu=args.device == "cpu")
-            out["info"]["load_average_end"] = _common.load_average()
+            out["info"]["load_average_end"] = harness.load_average()
             path.write_text(json.dumps(out, indent=1))
         md = render(out)
         print(md)

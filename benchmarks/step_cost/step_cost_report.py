@@ -1,6 +1,6 @@
 """The markdown reports of `step_cost.py`, rendered from the JSON it writes (see that script for what is measured).
 
-    python benchmarks/step_cost/step_cost.py --report-only [--split | --ab | --loss-only]  # redo a report from JSON
+    python -m benchmarks.step_cost.step_cost --report-only [--split | --ab | --loss-only]  # redo a report from JSON
 
 Each render function takes the JSON object `step_cost.py` saved (`info`, `args`, `argv`, the results) and returns
 the markdown. Goals are judged here from the numbers, with the threshold printed beside each.
@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 
-import _common
-import report
+from benchmarks import harness, report
 
 
 TRAINERS = ["GRPO", "PACS", "RLOO"]
@@ -90,7 +89,7 @@ def ratio_table(results: list[dict], cpu: bool) -> str:
         med = {t: statistics.median(by[t, r][key] for r in reps) for t in TRAINERS}
         cells = [label] + [f"{med[t]:.4g}" for t in ("GRPO", "PACS", "RLOO")]
         for t in ("PACS", "RLOO"):  # paired within a repetition
-            cells.append(report.ratio_cell(_common.min_med_max(by[t, r][key] / by["GRPO", r][key] for r in reps)))
+            cells.append(report.ratio_cell(harness.min_med_max(by[t, r][key] / by["GRPO", r][key] for r in reps)))
         rows.append(cells)
     return report.table(head, rows)
 
@@ -141,7 +140,7 @@ def ab_markdown(out: dict) -> str:
     for clock in ("cpu", "wall"):
         cells = [clock] + [f"{statistics.median(t[n][clock]):.4f}" for n in ("GRPO", "PACS", "RLOO")]
         for n in ("PACS", "RLOO"):
-            cells.append(report.ratio_cell(_common.min_med_max(a / b for a, b in zip(t[n][clock], t["GRPO"][clock]))))
+            cells.append(report.ratio_cell(harness.min_med_max(a / b for a, b in zip(t[n][clock], t["GRPO"][clock]))))
         rows.append(cells)
     head = ["clock", "GRPO median s", "PACS median s", "RLOO median s", "PACS / GRPO", "RLOO / GRPO"]
     body = "\n".join(
@@ -229,7 +228,7 @@ class _Split:
 
     def ratio(self, num, den, key):  # paired within a repetition, then min / median / max over repetitions
         pairs = ((self.value(*num, rep, key), self.value(*den, rep, key)) for rep in self.reps)
-        return _common.min_med_max(a / b if b else math.nan for a, b in pairs)  # 0: --smoke, one process's RSS
+        return harness.min_med_max(a / b if b else math.nan for a, b in pairs)  # 0: --smoke, one process's RSS
 
     def ratio_rows(self, clock: str) -> str:
         c, w = ("_cpu" if clock == "CPU" else ""), self.whole

@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import zlib
 
-import _common  # noqa: F401  (sets the offline environment before transformers is imported)
-
 
 # Shapes of the public Qwen3 checkpoints (config.json of Qwen/Qwen3-*), so that a GPU run has real cost without a download.
 MODEL_CONFIGS = {

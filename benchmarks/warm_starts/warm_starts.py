@@ -1,8 +1,8 @@
 """Pinned SFT warm starts: the task studies (anchor, learning, reuse, gradient_term, sparsity) start RL from these files.
 
-    python benchmarks/warm_starts/warm_starts.py --sweep 80 85 90 95 100 105 110 115 120  # stats along one SFT run
-    python benchmarks/warm_starts/warm_starts.py --build dense-s105 --steps 105           # writes dense-s105/, once
-    python benchmarks/warm_starts/warm_starts.py --verify                                  # every committed hash
+    python -m benchmarks.warm_starts.warm_starts --sweep 80 85 90 95 100 105 110 115 120  # stats along one SFT run
+    python -m benchmarks.warm_starts.warm_starts --build dense-s105 --steps 105           # writes dense-s105/, once
+    python -m benchmarks.warm_starts.warm_starts --verify                                  # every committed hash
 
 Why files: the SFT warm start is trained from scratch by `_tasks`' SFT loop, and the same code, seed and command give
 a different model on another CPU family (kernels differ): 100 SFT steps reached dev 0.500 / test 0.426 on an Intel
@@ -24,18 +24,15 @@ import argparse
 import hashlib
 import json
 import shlex
-import sys
 import time
 from pathlib import Path
 
+import torch
+
+from benchmarks import _tasks, harness
+
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # benchmarks/: _common, _tasks
-
-import _common  # noqa: E402  (sets the offline environment before transformers is imported)
-import _tasks  # noqa: E402
-import torch  # noqa: E402
-
 
 REGISTRY = HERE / "warm_starts.json"
 MODEL_FILE = "model.safetensors"
@@ -62,7 +59,7 @@ def load(name: str) -> tuple[str, dict]:
     if name not in entries:
         raise WarmStartError(
             f"warm start {name!r} is not in {REGISTRY.name}; committed ones: {', '.join(sorted(entries)) or 'none'} "
-            f"(build a new one with `python benchmarks/warm_starts/warm_starts.py --build NAME --steps N`)."
+            f"(build a new one with `python -m benchmarks.warm_starts.warm_starts --build NAME --steps N`)."
         )
     entry, folder = entries[name], HERE / name
     for file, digest in entry["files"].items():
@@ -128,10 +125,10 @@ def build(name: str, steps: int, group_prompts: int) -> dict:
     [(_, model, stats)] = list(snapshots([steps], group_prompts))
     model.save_pretrained(folder)
     _tasks.task(argparse.Namespace(threads=1))["tokenizer"].save_pretrained(folder)
-    info = _common.machine_info()
+    info = harness.machine_info()
     entry = {
         "steps": steps, **stats,
-        "build": f"python benchmarks/warm_starts/warm_starts.py --build {shlex.quote(name)} --steps {steps} "
+        "build": f"python -m benchmarks.warm_starts.warm_starts --build {shlex.quote(name)} --steps {steps} "
         f"--group-prompts {group_prompts}",
         "sft": {"lr": _tasks.SFT_LR, "batch_size": _tasks.SFT_BATCH, "seed": 0, "hidden_size": 128, "num_layers": 2},
         "built_on": {k: info[k] for k in ("date", "cpu", "cpu_capability", "cpu_flags_sha256", "torch", "transformers")},

@@ -1,7 +1,7 @@
 """GRPO's other loss terms, for a trainer that replaces GRPO's loss: TRL 1.16 computes its KL term, its entropy bonus
 (with the adaptive controller) and the auxiliary loss inline in `GRPOTrainer._compute_loss` and has no helper for them,
 so a subclass that overrides `_compute_loss` (PACS) re-does them here, to GRPOTrainer's definitions
-(tests/test_trainer_grpo_terms.py compares the result with `GRPOTrainer._compute_loss` on the same batch).
+(tests/test_loss_terms.py compares the result with `GRPOTrainer._compute_loss` on the same batch).
 
 [`GRPOLossTerms`] is a mixin for a subclass of `pacs.grpo.HardenedGRPOTrainer` (`PACSTrainer(GRPOLossTerms,
 HardenedGRPOTrainer)`): it overrides no TRL method, and reads GRPOTrainer's entropy-controller state, which
@@ -47,7 +47,7 @@ class GRPOLossTerms:
         In GRPOTrainer's order: + `beta` x the KL to the reference model (per-sequence token mean, then batch mean),
         / `gradient_accumulation_steps` (train), - the entropy bonus, + `router_aux_loss_coef` x the auxiliary loss.
         Logs `policy_loss` (the value of `policy_loss`, with the entropy bonus), `aux_loss`, `entropy` and `kl` as
-        GRPOTrainer does (tests/test_trainer_grpo_terms.py compares them with `GRPOTrainer._compute_loss`).
+        GRPOTrainer does (tests/test_loss_terms.py compares them with `GRPOTrainer._compute_loss`).
         """
         metrics, gather = self._metrics[mode], self.accelerator.gather
         if self.beta != 0.0:

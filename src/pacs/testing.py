@@ -1,4 +1,4 @@
-"""Offline tiny model and tokenizer for tests, smoke runs and CPU benchmarks.
+"""Offline tiny model and tokenizer for tests, smoke runs (the CPU `pacs train` of the README) and CPU benchmarks.
 
 Nothing here touches the network: a byte-level BPE tokenizer is trained on a small built-in corpus, wrapped as a
 `PreTrainedTokenizerFast` with a ChatML template, and paired with a randomly initialised `Qwen3ForCausalLM`
@@ -25,21 +25,6 @@ CHAT_TEMPLATE = (
 )
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-
-# Completions that must score 0.0 within a few seconds, in any thread (tests/test_rewards.py,
-# benchmarks/reward_throughput/reward_throughput.py): huge numbers, deep or broken nesting, sheer length, random
-# unicode.
-HOSTILE_COMPLETIONS = {
-    "power tower": "\\boxed{9^{9^{9^{9}}}}",
-    "huge power": "\\boxed{2^{2^{40}}}",
-    "factorial": "\\boxed{10000!}",
-    "huge factorial": "\\boxed{(10^{10})!}",
-    "nested braces": "\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}",
-    "unclosed braces": "\\boxed{" + "{\\frac{" * 3000,
-    "200k characters": "x + y = " * 25_000,
-    "random unicode": "".join(chr(c) for c in range(0x20, 0x20 + 60_000) if not 0xD800 <= c < 0xE000) * 3,
-}
-
 
 _CORPUS = [
     "What is 12 + 35? Please reason step by step, and put your final answer within \\boxed{}.",
@@ -225,80 +210,3 @@ def build_qwen3_moe(
         router_aux_loss_coef=0.01,
     )
     return _seeded_model(Qwen3MoeForCausalLM, config, tokenizer, seed)
-
-
-def tiny_pacs_config(output_dir: str | os.PathLike, **overrides):
-    """A `PACSConfig` for a few seconds of CPU training on the tiny model: groups of 4, one group per micro-batch,
-    8-token completions, 3 steps, a large learning rate so that parameters visibly move, no saving, no reporting.
-
-    Args:
-        output_dir (`str` or `os.PathLike`):
-            The trainer's output directory.
-        **overrides:
-            Any `PACSConfig` field, replacing the defaults above.
-    """
-    from .config import PACSConfig
-
-    base = dict(
-        output_dir=str(output_dir),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=3,
-        learning_rate=1e-2,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-    )
-    return PACSConfig(**{**base, **overrides})
-
-
-ZERO3_CPU_ACCELERATE_CONFIG = """\
-compute_environment: LOCAL_MACHINE
-distributed_type: DEEPSPEED
-deepspeed_config:
-  zero_stage: 3
-  zero3_init_flag: true
-  offload_optimizer_device: none
-  offload_param_device: none
-mixed_precision: 'no'
-num_machines: 1
-num_processes: 1
-use_cpu: true
-"""
-"""An `accelerate launch --config_file` for DeepSpeed ZeRO-3 on one CPU process, for tests and smoke runs."""
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now, for a launch's rendezvous: tests never rely on accelerate's default 29500,
-    which another job on the machine may hold."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def accelerate_launch() -> list[str]:
-    """The command that starts `accelerate launch` (the console script, or the module where it is not on PATH) on a
-    free port (`free_port`), so that a launch never fails on a port another process holds."""
-    import shutil
-    import sys
-
-    exe = shutil.which("accelerate")
-    command = [exe, "launch"] if exe else [sys.executable, "-m", "accelerate.commands.launch"]
-    return [*command, "--main_process_port", str(free_port())]
-
-
-def run_launched(cmd: list[str], cwd, timeout: int = 900):
-    """Run a launch command (`accelerate_launch()` + its arguments) offline, one OpenMP thread per process, and return
-    the `subprocess.CompletedProcess`; a failure is an AssertionError carrying the tail of its output."""
-    import subprocess
-
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    return result

@@ -1,8 +1,8 @@
 """Train PACS on the tiny model with a NaN loss at optimizer step 2 and record what the guard did; launched by
 tests/test_guards.py (two CPU processes, or DeepSpeed ZeRO-3 on CPU).
 
-accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_guard.py MODEL_DIR OUT_DIR
-accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_guard.py MODEL_DIR OUT_DIR
+PYTHONPATH=. accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_guard.py MODEL_DIR OUT_DIR
+PYTHONPATH=. accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_guard.py MODEL_DIR OUT_DIR
 """
 
 import json
@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from pacs import PACSTrainer
 from pacs.grpo.guards import METRIC
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):

@@ -1,12 +1,12 @@
 """Train PACS on the tiny model saving every step, then resume from chosen checkpoints; launched by
 tests/test_checkpoints.py (which also calls `resume_runs` in-process).
 
-python tests/scripts/train_resume.py MODEL_DIR OUT_DIR P GA S ITERATIONS MAX_STEPS K [K ...]
-accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 1 2 4 1 4 1 3
-accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_resume.py MODEL_DIR OUT_DIR 4 1 4 1 4 2 --lora
-accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 2 2 4 1 4 1 2 3 \
+PYTHONPATH=. python tests/scripts/train_resume.py MODEL_DIR OUT_DIR P GA S ITERATIONS MAX_STEPS K [K ...]
+PYTHONPATH=. accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 1 2 4 1 4 1 3
+PYTHONPATH=. accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_resume.py MODEL_DIR OUT_DIR 4 1 4 1 4 2 --lora
+PYTHONPATH=. accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 2 2 4 1 4 1 2 3 \
     --dynamic-sampling
-accelerate launch --config_file ZERO3_CPU_2.yaml tests/scripts/train_resume.py MODEL_DIR OUT_DIR 2 2 4 1 4 1 2 \
+PYTHONPATH=. accelerate launch --config_file ZERO3_CPU_2.yaml tests/scripts/train_resume.py MODEL_DIR OUT_DIR 2 2 4 1 4 1 2 \
     --dynamic-sampling   # ZeRO-3 on 2 processes (tests/test_dynamic_sampling_paths.py)
 accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_resume.py MODEL_DIR OUT_DIR 2 2 4 1 12 5 9 \
     --prompts 8   # 8 prompts: an epoch is 4 optimizer steps, so 5 and 9 resume inside epochs 2 and 3
@@ -28,10 +28,10 @@ import sys
 
 import torch
 from datasets import Dataset
-from train_tiny import flat_parameters, parity_reward  # the same directory
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.scripts.train_tiny import flat_parameters, parity_reward
+from tests.tiny_config import tiny_pacs_config
 
 
 def hard_reward(prompts, completions, **kwargs):

@@ -1,9 +1,9 @@
 """Train PACS on the tiny model with groups split over micro-batches (and processes); launched by
-tests/test_trainer_split.py.
+tests/test_split.py.
 
-accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_split.py MODEL_DIR OUT_DIR P GA S ITERATIONS
-python tests/scripts/train_split.py MODEL_DIR OUT_DIR 12 1 1 2          # the same run in one process, whole groups
-accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_split.py MODEL_DIR OUT_DIR 1 4 8 1
+PYTHONPATH=. accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_split.py MODEL_DIR OUT_DIR P GA S ITERATIONS
+PYTHONPATH=. python tests/scripts/train_split.py MODEL_DIR OUT_DIR 12 1 1 2          # the same run in one process, whole groups
+PYTHONPATH=. accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_split.py MODEL_DIR OUT_DIR 1 4 8 1
 Flags: --lora (a LoRA adapter), --no-shuffle (keep the generation order of groups).
 
 Completions are a fixed function of (prompt, position in its group), not sampled, so that one process and two see
@@ -15,10 +15,10 @@ import sys
 
 import torch
 from datasets import Dataset
-from train_tiny import train_and_record  # the same directory
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.scripts.train_tiny import train_and_record
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):

@@ -1,7 +1,7 @@
 """Train PACS on the tiny model for a few steps and record what the loss saw; launched by tests/test_trainer.py.
 
-accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_tiny.py MODEL_DIR OUT_DIR
-accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_tiny.py MODEL_DIR OUT_DIR
+PYTHONPATH=. accelerate launch --multi_gpu --num_processes 2 --cpu tests/scripts/train_tiny.py MODEL_DIR OUT_DIR
+PYTHONPATH=. accelerate launch --config_file ZERO3_CPU.yaml tests/scripts/train_tiny.py MODEL_DIR OUT_DIR
 """
 
 import json
@@ -12,7 +12,7 @@ import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):

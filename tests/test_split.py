@@ -2,16 +2,14 @@
 gradient. Plain SGD (no momentum, no clipping) in float32, so the parameters after training are a function of the
 summed gradients alone."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
 from pacs.trainer import exchange_order, split_layout
+from tests.scripts.train_split import FixedCompletions
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):
@@ -25,10 +23,6 @@ def prompts(n=32):
 def sometimes_none_reward(completions, **kwargs):
     """Parity, but unscorable (None) for every fifth completion."""
     return [None if i % 5 == 2 else float(len(c) % 2) for i, c in enumerate(completions)]
-
-
-sys.path.insert(0, str(Path(__file__).parent / "scripts"))
-from train_split import FixedCompletions  # noqa: E402
 
 
 class FixedAndTruncated(FixedCompletions):

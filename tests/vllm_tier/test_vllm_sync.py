@@ -12,7 +12,7 @@ from datasets import Dataset
 
 from pacs import PACSTrainer
 from pacs.grpo.vllm_sync import STALE_GAP
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 pytestmark = pytest.mark.vllm
@@ -85,7 +85,7 @@ def test_monitor_sees_the_push_stop(vllm_model_dir, tmp_path, vllm_float32, monk
     # from stale weights the gap exceeds what rounding explains and the warning comes, once.
     from trl.generation.vllm_generation import VLLMGeneration
 
-    working_push = VLLMGeneration.sync_weights  # the tier's CPU push (tests/vllm/_push.py)
+    working_push = VLLMGeneration.sync_weights  # the tier's CPU push (tests/vllm_tier/_push.py)
     trainer = _trainer(vllm_model_dir, tmp_path, steps_per_generation=1, max_steps=6)
 
     def sync_weights(self):

@@ -1,5 +1,5 @@
 """Dynamic sampling (`pacs.grpo.dynamic_sampling`) with vLLM on vLLM's CPU build: colocated (full model and LoRA) and
-in server mode (the weight push stubbed, as tests/vllm/test_trainer_vllm.py).
+in server mode (the weight push stubbed, as tests/vllm_tier/test_trainer_vllm.py).
 
 make test-vllm PYTEST_ARGS="-k dynamic_sampling"
 
@@ -24,8 +24,9 @@ import pytest
 import torch
 from datasets import Dataset
 
-from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
+from pacs.grpo import HardenedGRPOConfig
 from pacs.grpo.dynamic_sampling import uniform_signal
+from tests.recording import RecordingGRPO
 
 
 pytestmark = pytest.mark.vllm
@@ -42,16 +43,6 @@ def _dataset(n: int = 64) -> Dataset:
     return Dataset.from_dict({"prompt": [f"Q{i} {'mixed' if i % 3 == 0 else 'hard'}?" for i in range(n)]})
 
 
-class Recording(HardenedGRPOTrainer):
-    """Records each training generation batch as assembled, and counts the weight pushes and vLLM calls."""
-
-    def _after_monitors(self, output, mode):
-        output = super()._after_monitors(output, mode)
-        if mode == "train":
-            self.batches.append({k: v.clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
-        return output
-
-
 def _train(model_dir, out_dir, peft_config=None, **overrides):
     settings = dict(
         output_dir=str(out_dir), use_cpu=True, bf16=False, per_device_train_batch_size=4, num_generations=4,
@@ -59,7 +50,7 @@ def _train(model_dir, out_dir, peft_config=None, **overrides):
         save_strategy="no", report_to="none", seed=0, use_vllm=True, vllm_mode="colocate", dynamic_sampling=True,
     )  # fmt: skip
     args = HardenedGRPOConfig(**{**settings, **overrides})
-    trainer = Recording(
+    trainer = RecordingGRPO(  # and counts the weight pushes and vLLM calls (below)
         model=model_dir, reward_funcs=hard_reward, args=args, train_dataset=_dataset(), peft_config=peft_config
     )
     trainer.batches, trainer.pushes, trainer.calls = [], [], []

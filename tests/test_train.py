@@ -17,7 +17,7 @@ import pytest
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes import ACCELERATE_CONFIGS_DIR as ACCELERATE_CONFIGS
 from pacs.recipes import RECIPES_DIR as RECIPES
-from pacs.testing import free_port
+from tests.launching import free_port
 
 
 ROOT = Path(__file__).resolve().parents[1]

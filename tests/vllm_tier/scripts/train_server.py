@@ -1,8 +1,8 @@
-"""Train PACS with vLLM in server mode, the weight push stubbed; launched by tests/vllm/test_trainer_vllm.py.
+"""Train PACS with vLLM in server mode, the weight push stubbed; launched by tests/vllm_tier/test_trainer_vllm.py.
 
-accelerate launch --multi_gpu --num_processes 2 tests/vllm/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL P GA S STEPS
-python tests/vllm/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL 4 1 1 2
-accelerate launch --multi_gpu --num_processes 2 tests/vllm/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL 4 1 2 4 \
+PYTHONPATH=. accelerate launch --multi_gpu --num_processes 2 tests/vllm_tier/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL P GA S STEPS
+PYTHONPATH=. python tests/vllm_tier/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL 4 1 1 2
+PYTHONPATH=. accelerate launch --multi_gpu --num_processes 2 tests/vllm_tier/scripts/train_server.py MODEL_DIR OUT_DIR BASE_URL 4 1 2 4 \
     --dynamic-sampling
 
 With `--dynamic-sampling`: `dynamic_sampling=True` on prompts of which only every third can be solved (`hard_reward`),
@@ -23,7 +23,7 @@ import sys
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):

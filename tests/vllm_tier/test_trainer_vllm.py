@@ -17,7 +17,7 @@ import pytest
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 pytestmark = pytest.mark.vllm
@@ -175,8 +175,7 @@ SERVER_SCRIPT = Path(__file__).parent / "scripts" / "train_server.py"
 
 
 def test_server_mode_stubbed_weight_push_one_process(vllm_server, vllm_model_dir, tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(SERVER_SCRIPT.parent))
-    from train_server import train
+    from tests.vllm_tier.scripts.train_server import train
 
     record = train(vllm_model_dir, str(tmp_path), vllm_server, 4, 1, 1, 2)  # one group per step, 2 steps
     assert record["layout"] is None and len(record["seen"]) == 2

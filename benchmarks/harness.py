@@ -1,34 +1,22 @@
-"""What the benchmark scripts share for measuring: offline environment, machine/version info, statistics, the critic
-and clipping summaries read from a trainer's `log_history`, a per-run JSON cache and a pool of worker processes.
+"""The harness every study runs in: machine/version info, statistics, the critic and clipping summaries read from a
+trainer's `log_history`, a per-run JSON cache and a pool of worker processes.
 
-Not run on its own; the scripts of every study (benchmarks/<study>/, which put benchmarks/ on `sys.path`) and the GPU
-check import it, before transformers: it sets the offline environment. Rendering (markdown tables, intervals, goals met
-or missed) lives in `report.py`.
+Not run on its own; the scripts of every study (benchmarks/<study>/) and the GPU check import it (the offline
+environment is set by the package, `benchmarks/__init__.py`). Rendering (markdown tables, intervals, goals met or
+missed) lives in `report.py`.
 """
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import json
+import math
 import os
-
-
-for _key, _value in {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "WANDB_DISABLED": "true",
-}.items():
-    os.environ.setdefault(_key, _value)
-
-import datetime  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import math  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-from pathlib import Path  # noqa: E402
+import platform
+import statistics
+import subprocess
+from pathlib import Path
 
 
 # Machine and versions ----------------------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""benchmarks/anchor/: see benchmarks/README.md."""

@@ -1,0 +1,1 @@
+"""benchmarks/dynamic_sampling/: see benchmarks/README.md."""

@@ -1,0 +1,1 @@
+"""benchmarks/filtering/: see benchmarks/README.md."""

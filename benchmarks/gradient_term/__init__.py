@@ -1,0 +1,1 @@
+"""benchmarks/gradient_term/: see benchmarks/README.md."""

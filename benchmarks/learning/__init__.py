@@ -1,0 +1,1 @@
+"""benchmarks/learning/: see benchmarks/README.md."""

@@ -1,0 +1,1 @@
+"""benchmarks/lora_push_drift/: see benchmarks/README.md."""

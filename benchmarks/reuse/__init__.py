@@ -1,0 +1,1 @@
+"""benchmarks/reuse/: see benchmarks/README.md."""

@@ -1,0 +1,1 @@
+"""benchmarks/reward_throughput/: see benchmarks/README.md."""

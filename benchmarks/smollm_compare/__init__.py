@@ -1,0 +1,1 @@
+"""benchmarks/smollm_compare/: see benchmarks/README.md."""

@@ -1,0 +1,1 @@
+"""benchmarks/sparsity/: see benchmarks/README.md."""

@@ -1,0 +1,1 @@
+"""benchmarks/step_cost/: see benchmarks/README.md."""

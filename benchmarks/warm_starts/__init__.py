@@ -1,0 +1,1 @@
+"""benchmarks/warm_starts/: see benchmarks/README.md."""
