@@ -448,6 +448,15 @@ def test_a_row_budget_with_the_moe_load_balancing_loss_is_refused(moe_model_dir,
         PACSTrainer(model=moe_model_dir, reward_funcs=parity_reward, args=args, train_dataset=prompts())
 
 
+def test_the_fused_head_keywords_are_checked_against_the_installed_trl(monkeypatch):
+    from pacs import _compat
+
+    _compat.check_trl()
+    monkeypatch.setattr(_compat, "FUSED_HEAD_KWARGS", (*_compat.FUSED_HEAD_KWARGS, "renamed_labels"))
+    with pytest.raises(ImportError, match="add_fused_lm_head's renamed_labels"):
+        _compat.check_trl()
+
+
 def test_shift_labels_is_what_the_fused_head_scores():
     # the packed forward's labels: the padded labels, pre-shifted within each sequence
     ids = torch.tensor([[0, 3, 4, 5], [6, 7, 0, 0]])
