@@ -66,6 +66,7 @@ from packaging.version import Version
 __all__ = [
     "CLASS_STATE",
     "EPOCH_START",
+    "FUSED_HEAD_KWARGS",
     "MULTIMODAL_KEYS",
     "OVERRIDDEN",
     "ROTATION",
@@ -118,8 +119,9 @@ OVERRIDDEN = (  # HardenedGRPOTrainer's, each in one class (tests/test_grpo_trai
     "_save_checkpoint",
     "_load_optimizer_and_scheduler",
     "_issue_warnings_after_load",
+    "_get_per_token_logps_and_entropies",  # padded (GRPOTrainer's) or packed (`padding_free`)
 )
-USED = ("_get_per_token_logps_and_entropies", "_get_output_dir", "_load_from_checkpoint")
+USED = ("_get_output_dir", "_load_from_checkpoint")
 STATE = ("_step", "_buffered_inputs", "_metrics", "_tokenizer", "current_gradient_accumulation_steps")
 CLASS_STATE = ("_name",)
 EPOCH_START = "_init_training_state"
@@ -130,6 +132,10 @@ under a mid-epoch resume on several processes); checked only where `Trainer` has
 ROTATION = ("_rotate_checkpoints", "transformers.trainer_utils.rotate_checkpoints")
 """transformers' checkpoint rotation: `Trainer`'s method where the installed version has it (before 5.25), else
 `trainer_utils`' function (`pacs.grpo.checkpoints.rotate_after_marker`)."""
+FUSED_HEAD_KWARGS = ("fused_lm_head", "shift_labels")
+"""What padding-free forwards (`pacs.grpo.padding_free`) pass to a model patched by TRL 1.16's `add_fused_lm_head`
+(trl/trainer/utils.py): pre-shifted labels, scored without shifting, so that none crosses a packed sequence's
+boundary. Checked at import in that function's source; update with TRL."""
 VLLM_PARAM_ITERATOR = "_iter_named_params"
 """The `VLLMGeneration` method the LoRA push without drift replaces (`pacs.grpo.vllm_sync.iter_merged_params`)."""
 VLLM_USED = (VLLM_PARAM_ITERATOR, "_fix_param_name_to_vllm")  # the LoRA push names parameters as TRL does
@@ -155,6 +161,8 @@ def unset_state(classes: Sequence[type], names: Sequence[str]) -> list[str]:
 def missing_names() -> list[str]:
     """The private names of the installed TRL and transformers that the layer needs and does not find (`[]`: all
     there), each as `Class.name` (or the module's dotted name)."""
+    import inspect
+
     import transformers.trainer_utils
     from trl import GRPOTrainer
     from trl.generation.vllm_generation import VLLMGeneration
@@ -170,6 +178,10 @@ def missing_names() -> list[str]:
     if not callable(getattr(GRPOTrainer, method, None)):  # transformers >= 5.25: the function instead
         if not callable(getattr(transformers.trainer_utils, function.rsplit(".", 1)[1], None)):
             missing.append(f"{function} (or Trainer.{method})")
+    from trl.trainer import utils as trl_utils
+
+    fused_head = inspect.getsource(trl_utils.add_fused_lm_head)
+    missing += [f"add_fused_lm_head's {name}" for name in FUSED_HEAD_KWARGS if f"{name}=" not in fused_head]
     missing += methods(VLLMGeneration, VLLM_USED)
     missing += [f"VLLMGeneration.{n}" for n in unset_state([VLLMGeneration], VLLM_STATE)]
     return missing
