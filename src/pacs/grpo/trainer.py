@@ -486,7 +486,8 @@ class HardenedGRPOTrainer(GRPOTrainer):
         partition_dependent = (
             args.loss_type == "bnpo"
             or self.top_entropy_quantile < 1.0
-            or self._entropy_bonus_enabled
+            or args.entropy_coef != 0.0
+            or args.use_adaptive_entropy
             or self.aux_loss_enabled
         )
         return None if partition_dependent else 1
