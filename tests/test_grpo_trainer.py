@@ -189,7 +189,8 @@ def test_trains_exactly_as_grpo_trainer(tiny_model_dir, tmp_path):
     for plain_entry, hardened_entry in zip(*logs, strict=True):  # every metric TRL logs, bit for bit
         keys = {k for k in plain_entry if not any(t in k for t in timing)}
         assert {k: plain_entry[k] for k in keys} == {k: hardened_entry[k] for k in keys}
-        assert set(hardened_entry) - set(plain_entry) <= {"pacs/skipped_steps", *OUTCOME_KEYS}  # the layer's own
+        layer_keys = {"pacs/skipped_steps", "pacs/real_token_frac", *OUTCOME_KEYS}  # the layer's own
+        assert set(hardened_entry) - set(plain_entry) <= layer_keys
         if "frac_reward_zero_std" in hardened_entry:  # binary rewards: a uniform group is all wrong or all right
             shares = hardened_entry["pacs/frac_all_wrong_groups"] + hardened_entry["pacs/frac_all_right_groups"]
             assert shares == pytest.approx(hardened_entry["frac_reward_zero_std"], abs=1e-6)

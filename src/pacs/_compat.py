@@ -148,9 +148,9 @@ _OVERRIDDEN = (  # HardenedGRPOTrainer's: each in one class (tests/test_grpo_tra
     "_generate_single_turn",
     "_save_checkpoint",
     "_load_optimizer_and_scheduler",
+    "_get_per_token_logps_and_entropies",  # padded (GRPOTrainer's) or packed (`padding_free`)
 )
-_USED = (  # a batch's log-probs; a checkpoint's folder; a finished run's final weights (transformers' `Trainer`)
-    "_get_per_token_logps_and_entropies",
+_USED = (  # a checkpoint's folder; a finished run's final weights (transformers' `Trainer`)
     "_get_output_dir",
     "_load_from_checkpoint",
 )

@@ -45,6 +45,7 @@ __all__ = [
     "check_eval_batch",
     "check_model_folder",
     "check_model_path",
+    "check_padding_free",
     "check_train_dataset",
     "check_trainer_datasets",
     "check_trainer_args",
@@ -407,6 +408,38 @@ def check_trainer_args(model, args, config_cls: type, trainer_name: str, algorit
         )
         raise TypeError(f"{trainer_name} needs args={name}(...), got {type(args).__name__}.{hint}")
     return args
+
+
+def check_padding_free(model, args) -> None:
+    """With `args.padding_free`, before the model loads: refuse in one line what packed forwards cannot serve exactly,
+    `use_liger_kernel` (its loss takes the padded batch), vision-language models (their image inputs are laid out per
+    padded row) and attention implementations that do not isolate packed sequences (`pacs.grpo.padding_free`)."""
+    if not getattr(args, "padding_free", False):
+        return
+    from .padding_free import PACKED_ATTENTION
+
+    way_out = "set padding_free: false"
+    if args.use_liger_kernel:
+        raise ValueError(f"padding_free does not support use_liger_kernel; {way_out} or use_liger_kernel: false.")
+    init_kwargs = args.model_init_kwargs if isinstance(args.model_init_kwargs, dict) else {}
+    config, attn = None, init_kwargs.get("attn_implementation")
+    if isinstance(model, str):
+        try:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(model)
+        except (OSError, ValueError):  # unreadable here: transformers says why when it loads the model
+            config = None
+    else:
+        config = getattr(model, "config", None)
+        attn = getattr(config, "_attn_implementation", None)
+    if config is not None and config.get_text_config() is not config:
+        raise ValueError(f"padding_free does not support vision-language models ({type(config).__name__}); {way_out}.")
+    if attn is not None and attn not in PACKED_ATTENTION:
+        raise ValueError(
+            f"padding_free needs an attention implementation that isolates packed sequences "
+            f"({', '.join(PACKED_ATTENTION)}), got attn_implementation={attn!r}; use one of them or {way_out}."
+        )
 
 
 def check_dynamic_sampling(args, train_dataset, reward_funcs) -> None:

@@ -28,6 +28,10 @@ class HardenedGRPOConfig(GRPOConfig):
       batches of groups whose rewards differ, `pacs.grpo.dynamic_sampling`), off by default. In verl:
       `algorithm.filter_groups.enable` / `.max_num_gen_batches` / `.metric`; OpenRLHF: `--dynamic_filtering`; ms-swift:
       `--dynamic_sample` / `--max_resample_times`; NeMo RL: `use_dynamic_sampling`.
+    - `padding_free`, `padding_free_max_tokens_per_row`: every forward (training, old and reference log-probs, PACS's
+      pi_ref anchor and split path) computes real tokens only, packed (`pacs.grpo.padding_free`), off by default. In
+      verl: `actor_rollout_ref.model.use_remove_padding`; OpenRLHF: `--packing_samples`; ms-swift: `padding_free`; TRL:
+      `SFTConfig.padding_free` (and trl#7087 for `GRPOConfig`).
 
     Parameters:
         dynamic_sampling (`bool`, *optional*, defaults to `False`):
@@ -45,6 +49,19 @@ class HardenedGRPOConfig(GRPOConfig):
             `reward_weights`-weighted sum of the reward functions (for PACS: its label), compared over the group's
             scored completions (unscored ones left out; fewer than two scored: uniform); or the name of one reward
             function (e.g. an accuracy reward beside a format reward, as verl's `metric: acc`).
+        padding_free (`bool`, *optional*, defaults to `False`):
+            Pack each micro-batch's sequences (prompt + completion, pads removed) into one or a few rows with positions
+            restarting at 0 per sequence, no attention mask and no cache, and scatter the per-token log-probs and
+            entropies back to TRL's padded layout, so that every loss is unchanged but the backbone computes real
+            tokens only. Checked on first use against the same rows forwarded one by one. Needs `sdpa`, `eager` or
+            flash-attention (`flash_attention_2` / `_3`, given `cu_seq_lens`); refused with vision-language models and
+            `use_liger_kernel`. Off: the layer is `GRPOTrainer`'s forward, unchanged.
+        padding_free_max_tokens_per_row (`int` or `None`, *optional*, defaults to `None`):
+            With `padding_free`: the most real tokens per packed row (sequences go to rows first fit, a longer one to
+            a row of its own); `None` packs each micro-batch into one row. On `sdpa` / `eager` transformers builds a
+            dense mask of each packed row's length squared, so bound it there (e.g. 2-4x the longest sequence);
+            flash-attention builds no mask and needs none. Not with the MoE load-balancing loss, which would count the
+            rows' filler.
         pacs_max_skipped_steps (`int`, *optional*, defaults to `5`):
             An optimizer step whose gradient norm is not finite is skipped (weights and optimizer states untouched,
             counted in `pacs/skipped_steps`, see `pacs.grpo.guards`); this many skipped in a row stop training with an
@@ -94,6 +111,24 @@ class HardenedGRPOConfig(GRPOConfig):
         },
     )
 
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack each micro-batch's sequences (pads removed, positions restarting per sequence) in every "
+            "forward, so the backbone computes real tokens only; log-probs go back to the padded layout, losses "
+            "unchanged (verl use_remove_padding, OpenRLHF --packing_samples, ms-swift / TRL SFTConfig padding_free). "
+            "Needs sdpa, eager or flash-attention."
+        },
+    )
+    padding_free_max_tokens_per_row: int | None = field(
+        default=None,
+        metadata={
+            "help": "With padding_free: the most real tokens per packed row (None: one row per micro-batch). On sdpa / "
+            "eager the packed row's dense mask grows with its length squared: bound it there; flash-attention needs "
+            "none."
+        },
+    )
+
     def __post_init__(self):
         rounds = self.dynamic_sampling_max_rounds
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -116,6 +151,12 @@ class HardenedGRPOConfig(GRPOConfig):
                     f'"{self.multi_objective_aggregation}" normalises over the whole batch, dropped rows included; use '
                     'multi_objective_aggregation="sum_then_normalize" (the default) or turn dynamic_sampling off.'
                 )
+        budget = self.padding_free_max_tokens_per_row
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise ValueError(
+                f"padding_free_max_tokens_per_row must be an integer >= 1 or None (one packed row per micro-batch), "
+                f"got {budget!r}."
+            )
         if not isinstance(self.pacs_max_skipped_steps, int) or self.pacs_max_skipped_steps < 0:
             raise ValueError(
                 f"pacs_max_skipped_steps must be an integer >= 0 (0: never stop), got {self.pacs_max_skipped_steps!r}; "

@@ -74,10 +74,17 @@ from .checkpoints import (
     sync_own_files,
     write_complete_marker,
 )
-from .checks import check_eval_batch, check_model_path, check_trainer_args, check_trainer_datasets
+from .checks import (
+    check_eval_batch,
+    check_model_path,
+    check_padding_free,
+    check_trainer_args,
+    check_trainer_datasets,
+)
 from .config import HardenedGRPOConfig
 from .guards import NonFiniteGradientGuard, UnlabeledBatchTracker, stopped_rank_error, validated_reward_func
 from .metrics import group_outcome_shares
+from .padding_free import VARLEN_ATTENTION, check_packing, packed_logps_and_entropies
 from .resume import Resume, resume_decision
 from .terms import forward_inputs
 from .vllm_sync import SamplingGapMonitor, add_read_timeout, install_lora_push
@@ -128,7 +135,15 @@ class HardenedGRPOTrainer(GRPOTrainer):
             check_model_path(model)  # "no such model directory", not transformers' "Repo id must be in the form"
         args = check_trainer_args(model, args, self._config_class, type(self).__name__, self._name)
         check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
+        check_padding_free(model, args)
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        if args.padding_free and args.padding_free_max_tokens_per_row is not None and self.aux_loss_enabled:
+            raise ValueError(
+                "padding_free_max_tokens_per_row splits micro-batches into packed rows whose filler the MoE "
+                "load-balancing loss would count; set padding_free_max_tokens_per_row: null (one packed row per "
+                "micro-batch) or router_aux_loss_coef: 0.0."
+            )
+        self._packing_checked = False  # padding_free: the self-check runs on the first forward
         # NaN, strings or a bare scalar from a reward function: an error naming it, not a silent "skip"
         self.reward_funcs = [validated_reward_func(f) for f in self.reward_funcs]
         self._unlabeled_batches = UnlabeledBatchTracker()
@@ -523,7 +538,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
 
-    # a batch's log-probs, as GRPOTrainer computes them ---------------------------------------------------------------
+    # a batch's log-probs, as GRPOTrainer computes them, padded or packed (`padding_free`) ----------------------------
     def _logps_without_grad(self, model, batch: dict, batch_size: int | None = None) -> torch.Tensor:
         """Per-token log-probs `(B, T)` of `batch`'s completion tokens under `model`, as GRPOTrainer computes its old
         and reference log-probs: without grad and without activation checkpointing (which a forward without grad does
@@ -542,3 +557,54 @@ class HardenedGRPOTrainer(GRPOTrainer):
             **kwargs,
             **forward_inputs(inputs),
         )
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **multimodal,
+    ):
+        """GRPOTrainer's, or with `padding_free` the same outputs from packed forwards
+        (`pacs.grpo.padding_free.packed_logps_and_entropies`), checked on first use. Every forward of the layer and of
+        PACS (training, old and reference log-probs, pi_ref, the split path) comes here. The loss's forward
+        (`compute_entropy`) logs `pacs/real_token_frac`: real tokens / positions the backbone computed, on or off."""
+        args = self.args
+        if not args.padding_free:
+            outputs = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal,
+            )  # fmt: skip
+            positions = input_ids.numel()
+        else:
+            if any(value is not None for value in multimodal.values()):
+                raise ValueError("padding_free does not support vision-language inputs; set padding_free: false.")
+            attn = getattr(self.accelerator.unwrap_model(model).config, "_attn_implementation", None) or "sdpa"
+            packing = {
+                "max_tokens_per_row": args.padding_free_max_tokens_per_row,
+                "varlen": attn in VARLEN_ATTENTION,
+                "autocast": self.accelerator.autocast,
+            }
+            if not self._packing_checked:  # the same forwards on every process (ZeRO-3)
+                half = args.bf16 or args.fp16 or next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
+                with disable_gradient_checkpointing(self.model, args.gradient_checkpointing_kwargs):
+                    check_packing(
+                        model, input_ids, attention_mask, attn_implementation=attn, tolerance=5e-2 if half else 1e-3,
+                        **packing,
+                    )  # fmt: skip
+                self._packing_checked = True
+            *outputs, positions = packed_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **packing,
+            )  # fmt: skip
+        if compute_entropy:  # the loss's forward, once per micro-batch on every process
+            counts = torch.tensor(
+                [attention_mask.sum().item(), positions], device=input_ids.device, dtype=torch.float64
+            )
+            real, computed = self.accelerator.gather(counts).view(-1, 2).sum(0).tolist()
+            self._metrics[self._mode]["pacs/real_token_frac"].append(real / max(computed, 1.0))
+        return tuple(outputs)
