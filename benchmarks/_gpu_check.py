@@ -316,3 +316,59 @@ def section_dynamic_sampling(s, tmp, deadline):
                f"generation batch time on/off {result['on/off batch time (sparse)']:.2f}; never uniform: on/off "
                f"{result['on/off batch time (never uniform)']:.3f}")  # fmt: skip
     return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}
+
+
+def section_padding_free(s, tmp, deadline):
+    """Padded (TRL's layout) against `padding_free` through HardenedGRPOTrainer, on one long-tail batch replayed."""
+    import importlib.util
+    import random
+
+    from pacs.testing import build_tiny_tokenizer
+
+    tokenizer, G, L, rng = build_tiny_tokenizer(), s["group"], s["completion"], random.Random(0)
+    # 4 groups per generation: completions log-normal, mean 20% of L before the cap (the issue's long tail)
+    lengths = [min(L, max(1, round(rng.lognormvariate(math.log(0.2 * L) - 0.5, 1.0)))) for _ in range(4 * G)]
+    ids = [[rng.randrange(8, len(tokenizer)) for _ in range(n - (n < L))] + [tokenizer.eos_token_id] * (n < L)
+           for n in lengths]  # fmt: skip
+    arms = {"padded": {}, "packed_sdpa": {"padding_free": True}}
+    if cuda() and importlib.util.find_spec("flash_attn"):  # varlen: cu_seq_lens, no mask
+        arms["packed_varlen"] = {"padding_free": True, "attn": "flash_attention_2"}
+    runs, prompt_len = {}, statistics.mean(len(tokenizer(p)["input_ids"]) for p in dataset()["prompt"])
+    for name, opts in arms.items():
+        args = trainer_config("hardened_grpo", f"{tmp}/{name}", per_device_train_batch_size=G, num_generations=G,
+                              steps_per_generation=4, max_steps=s["pf_steps"], max_completion_length=L,
+                              **{k: v for k, v in opts.items() if k != "attn"})  # fmt: skip
+        model = build_model(s["main"], tokenizer)
+        if "attn" in opts:
+            model.set_attn_implementation(opts["attn"])
+        trainer = make_trainer("hardened_grpo", model, tokenizer, args, parity_reward, {"ids": (ids, None)})
+        run = train_run(trainer)
+        logs = [e for e in trainer.state.log_history if "loss" in e]
+        run["entropy"] = [e.get("entropy") for e in logs]
+        run["real_token_frac"] = [e.get("pacs/real_token_frac") for e in logs]
+        run["opt_step_ms"] = 1000 * statistics.median(run["step_s"][1:])
+        run["real_tokens_per_s"] = G * (prompt_len + statistics.mean(lengths)) / run["opt_step_ms"] * 1000
+        runs[name] = run
+        del trainer, model
+        free()
+    base, tol = runs["padded"], 2e-2 if cuda() else 1e-4  # bf16 autocast on a GPU, float32 in the rehearsal
+    problems = [f"{k}: non-finite loss" for k, r in runs.items() if not all_finite(r["losses"])]
+    result = {"runs": runs, "completion_lengths": lengths}
+    for name in [n for n in runs if n != "padded"]:
+        run = runs[name]
+        loss_gap = max(abs(a - b) for a, b in zip(run["losses"], base["losses"], strict=True))
+        entropy_gap = max(abs(a - b) / abs(b) for a, b in zip(run["entropy"], base["entropy"], strict=True))
+        result[f"{name}/padded"] = {"opt_step": run["opt_step_ms"] / base["opt_step_ms"], "max_abs_loss_gap": loss_gap,
+                                    "max_rel_entropy_gap": entropy_gap, "peak_mem": run["peak_mem_gib"]
+                                    and run["peak_mem_gib"] / base["peak_mem_gib"]}  # fmt: skip
+        problems += [f"{name}: loss differs from padded by {loss_gap:.3g} (> {tol})"] if loss_gap > tol else []
+        problems += [f"{name}: entropy differs by {entropy_gap:.3g} relative"] if entropy_gap > tol else []
+        if min(run["real_token_frac"]) < 0.9:
+            problems.append(f"{name}: computes {1 / min(run['real_token_frac']):.2f}x its real tokens (> 1.1x)")
+    packed = result["packed_sdpa/padded"]
+    summary = (f"{len(base['losses'])} steps; packed sdpa / padded: optimizer step {packed['opt_step']:.3f}, peak "
+               f"memory {fmt(spread([packed['peak_mem']]))}, loss gap {packed['max_abs_loss_gap']:.2g}; padded "
+               f"{base['opt_step_ms']:.0f} ms, {base['real_tokens_per_s']:.0f} real tokens/s, real tokens "
+               f"{statistics.mean(base['real_token_frac']):.0%} of its positions"
+               + ("" if "packed_varlen" in runs else "; varlen not run (no flash_attn)"))  # fmt: skip
+    return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}

@@ -85,6 +85,23 @@ def test_dynamic_sampling_rehearsal_writes_a_passing_section(gpu_check, tmp_path
     assert "| dynamic_sampling | ok |" in (tmp_path / "gpu_check.md").read_text()
 
 
+def test_padding_free_rehearsal_writes_a_passing_section(gpu_check, tmp_path, monkeypatch):
+    code = gpu_check.main(["--rehearse", "--sections", "padding_free", "--out-dir", str(tmp_path)])
+    section = _result(tmp_path)["sections"]["padding_free"]
+    assert code == 0 and section["status"] == "ok", section
+    runs = section["runs"]
+    assert set(runs) == {"padded", "packed_sdpa"}  # no flash_attn on CPU: no varlen run
+    assert min(runs["packed_sdpa"]["real_token_frac"]) >= 0.9 > max(runs["padded"]["real_token_frac"])
+    assert section["packed_sdpa/padded"]["max_abs_loss_gap"] < 1e-4 and len(runs["padded"]["losses"]) == 3
+    # a packed forward that computed the padding anyway (the option ignored) fails visibly
+    helpers = sys.modules["_gpu_check"]  # the section lives beside its helpers
+    config = helpers.trainer_config
+    monkeypatch.setattr(helpers, "trainer_config", lambda *a, **kw: config(*a, **{**kw, "padding_free": False}))
+    code = gpu_check.main(["--rehearse", "--sections", "padding_free", "--out-dir", str(tmp_path)])
+    status = _result(tmp_path)["sections"]["padding_free"]["status"]
+    assert code == 1 and "packed_sdpa: computes" in status, status
+
+
 def test_a_check_that_does_not_hold_fails_visibly(gpu_check, tmp_path, monkeypatch):
     # learning silently stopped (lr 0): the adapter does not move, and the section says so
     config = gpu_check.trainer_config

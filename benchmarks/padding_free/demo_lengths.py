@@ -3,7 +3,7 @@ on the demo's arithmetic prompts, its chat template, temperature 0.8, 4 completi
 tokens), written to `demo_lengths.json` for the padding-free benchmark's distribution (b).
 
     python -m benchmarks.padding_free.demo_lengths                 # ~1 min on 2 CPU cores; needs the demo's model
-    python -m benchmarks.padding_free.demo_lengths --prompts 4     # fewer
+    python -m benchmarks.padding_free.demo_lengths --prompts 4     # fewer (default 16 prompts x 4)
 
 Sampled with `generate` as TRL's transformers path samples (`do_sample`, the demo's temperature, no top-p / top-k),
 seeded; a completion's length counts its tokens up to and including EOS, as TRL's `completion_mask` does.
@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(HERE / "demo_lengths.json"))
     args = parser.parse_args(argv)
@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from pacs import demo
+
+    torch.set_num_threads(1)
     from pacs.tasks import make_arithmetic_dataset
 
     demo_args = demo.parse_args([])
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
     problems = make_arithmetic_dataset(args.prompts, seed=args.seed)
     prompt_lengths, completion_lengths = [], []
     torch.manual_seed(args.seed)
-    for conversation in problems["prompt"]:
+    for k, conversation in enumerate(problems["prompt"]):
         ids = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, return_tensors="pt")
         ids = ids["input_ids"] if not isinstance(ids, torch.Tensor) else ids
         out = model.generate(
@@ -52,6 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
             n = row.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in row else len(row)
             prompt_lengths.append(ids.size(1))
             completion_lengths.append(n)
+        print(f"prompt {k + 1}/{len(problems)}: {completion_lengths[-G:]}", flush=True)
     weights = Path(model_path) / "model.safetensors"
     result = {
         "source": "pacs demo's generation: SmolLM2-135M-Instruct (converted GGUF), make_arithmetic_dataset(seed="
