@@ -15,6 +15,7 @@ TRL (`pacs plan` reads its constants), each function imports what it uses.
 - `TRL_REWARD_KWARGS`, `MULTIMODAL_KEYS`, `GRPO_ONLY_LOSS_SETTINGS`: what `GRPOTrainer` passes to reward functions, to
   the model in `_compute_loss`, and which `GRPOConfig` settings only shape GRPO's loss; `TRL_MAX_NUM_BATCHED_TOKENS`,
   `TRL_LM_HEAD_TILE`: what TRL hard-codes for a colocated vLLM engine and its fused LM head (`pacs plan` reads them).
+  `FUSED_HEAD_KWARGS`: what padding-free forwards pass to TRL's fused LM head (checked by `check_trl`).
   Update with TRL (tests compare the first three with the installed TRL: tests/test_checks.py, test_grpo_trainer.py).
 - Three instance patches, each on one object the trainer owns (its class and every other instance keep theirs):
   1. `replace_method` / `VLLM_PARAM_ITERATOR`: `VLLMGeneration._iter_named_params` on a trainer's own
@@ -166,6 +167,10 @@ and the adaptive entropy controller (`pacs.loss_terms.GRPOLossTerms`, a copy of 
 exposes a loss-terms helper."""
 _VLLM_USED = ("_fix_param_name_to_vllm",)  # the LoRA push names parameters as TRL does
 _VLLM_STATE = ("_dist",)  # the LoRA push gathers under ZeRO-3 as TRL does
+FUSED_HEAD_KWARGS = ("fused_lm_head", "shift_labels")
+"""What padding-free forwards (`pacs.grpo.padding_free`) pass to a model patched by TRL 1.16's `add_fused_lm_head`
+(trl/trainer/utils.py): pre-shifted labels, scored without shifting, so that none crosses a packed sequence's
+boundary. Checked at import in that file's source; update with TRL."""
 VLLM_PARAM_ITERATOR = "_iter_named_params"
 """The `VLLMGeneration` method the LoRA push without drift replaces (`pacs.grpo.vllm_sync.iter_merged_params`)."""
 _VLLM_REPLACED = (VLLM_PARAM_ITERATOR,)
@@ -247,6 +252,7 @@ def check_trl(layer: str = "grpo") -> None:
             if not callable(getattr(VLLMGeneration, n, None))
         ]
         missing += _unset(GRPOTrainer, _STATE) + [f"VLLMGeneration.{n}" for n in _unset(VLLMGeneration, _VLLM_STATE)]
+        missing += _fused_head_lacks(FUSED_HEAD_KWARGS)
     if missing or not (_TRL_RANGE[0] <= version < _TRL_RANGE[1]):
         raise ImportError(
             f"pacs needs trl>={_TRL_RANGE[0]},<{_TRL_RANGE[1]} (GRPOTrainer with {', '.join(needed)}); "
@@ -254,6 +260,16 @@ def check_trl(layer: str = "grpo") -> None:
             + (f" without {', '.join(missing)}" if missing else "")
             + '. Install a supported version: pip install "trl>=1.15,<2".'
         )
+
+
+def _fused_head_lacks(names: Sequence[str]) -> list[str]:
+    """The keywords of `names` that TRL's `add_fused_lm_head` forward does not take (read as text, as `_unset`)."""
+    import inspect
+
+    from trl.trainer import utils
+
+    source = inspect.getsource(utils.add_fused_lm_head)
+    return [f"add_fused_lm_head's {name}" for name in names if f"{name}=" not in source]
 
 
 def _unset(cls, names: Sequence[str]) -> list[str]:

@@ -591,11 +591,10 @@ class HardenedGRPOTrainer(GRPOTrainer):
             }
             if not self._packing_checked:  # the same forwards on every process (ZeRO-3)
                 half = args.bf16 or args.fp16 or next(model.parameters()).dtype in (torch.bfloat16, torch.float16)
-                with disable_gradient_checkpointing(self.model, args.gradient_checkpointing_kwargs):
-                    check_packing(
-                        model, input_ids, attention_mask, attn_implementation=attn, tolerance=5e-2 if half else 1e-3,
-                        **packing,
-                    )  # fmt: skip
+                check_packing(  # in eval mode: no dropout, no activation checkpointing
+                    model, input_ids, attention_mask, attn_implementation=attn, tolerance=5e-2 if half else 1e-3,
+                    **packing,
+                )  # fmt: skip
                 self._packing_checked = True
             *outputs, positions = packed_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
