@@ -134,10 +134,8 @@ SETTINGS = dict(
 
 def config(output_dir, grpo, **overrides):
     base = dict(output_dir=str(output_dir), use_cpu=True, bf16=False, logging_steps=1, save_strategy="no",
-                report_to="none")  # fmt: skip
-    args = (HardenedGRPOConfig if grpo else PACSConfig)(**{**base, **overrides})
-    args.padding_free = True  # balancing follows `padding_free` (the padded forward computes the same loss)
-    return args
+                report_to="none", padding_free=True)  # fmt: skip
+    return (HardenedGRPOConfig if grpo else PACSConfig)(**{**base, **overrides})
 
 
 def train(model_dir, tmp_path, trainer_cls, grpo, **overrides):
@@ -186,7 +184,7 @@ def test_partition_dependent_losses_keep_todays_grouping(tiny_model_dir, tmp_pat
         "entropy bonus": dict(entropy_coef=0.01), "padding": dict(),
     }.items():  # fmt: skip
         args = config(tmp_path / "x", True, per_device_train_batch_size=4, num_generations=4, **settings)
-        args.padding_free = name != "padding"
+        args.padding_free = name != "padding"  # off: TRL's grouping, whatever the loss
         trainer = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args,
                                       train_dataset=Dataset.from_dict({"prompt": ["a"] * 8}))  # fmt: skip
         assert trainer._balance_unit() is None, name
