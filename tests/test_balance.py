@@ -188,3 +188,20 @@ def test_partition_dependent_losses_keep_todays_grouping(tiny_model_dir, tmp_pat
         trainer = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args,
                                       train_dataset=Dataset.from_dict({"prompt": ["a"] * 8}))  # fmt: skip
         assert trainer._balance_unit() is None, name
+
+
+def test_resume_inside_a_generation_regroups_as_the_interrupted_run(tiny_model_dir, tmp_path):
+    # 2 optimizer steps of 2 micro-batches per generation, a checkpoint after each: checkpoint-1 holds the buffered
+    # rollout with step 1 regrouped and step 2 not yet; the resumed run regroups step 2 as the full run did
+    settings = dict(SETTINGS, per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=4,
+                    max_steps=3, save_strategy="steps", save_steps=1)  # fmt: skip
+    full_update, full = train(tiny_model_dir, tmp_path / "full", FixedGRPO, True, **settings)
+    assert full.balanced_steps >= 2
+    args = config(tmp_path / "full", True, **settings)
+    dataset = Dataset.from_dict({"prompt": [f"What is {i} + {3 * i}?" for i in range(64)]})
+    resumed = FixedGRPO(model=tiny_model_dir, reward_funcs=parity_reward, args=args, train_dataset=dataset)
+    initial = torch.cat([p.detach().flatten().clone() for p in resumed.model.parameters()])
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))
+    update = torch.cat([p.detach().flatten() for p in resumed.model.parameters()]) - initial
+    assert resumed.balanced_steps >= 1
+    assert ((update - full_update).norm() / full_update.norm()).item() <= 1e-6
