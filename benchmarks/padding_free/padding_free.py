@@ -1,7 +1,7 @@
 """What padding-free training saves on CPU (issue 54): one optimizer step's forward + backward, padded as TRL pads it,
 trimmed per micro-batch, packed, and packed with rows balanced by tokens.
 
-    nice python -m benchmarks.padding_free.padding_free                # ~15 min on 2 shared CPU cores
+    nice python -m benchmarks.padding_free.padding_free                # ~25 min on 2 CPU cores shared at load 10-17
     python -m benchmarks.padding_free.padding_free --smoke             # seconds (tests/test_padding_free_bench.py)
     python -m benchmarks.padding_free.padding_free_report              # redo padding_free.md from padding_free.json
 
@@ -318,6 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
         if kept["settings"] | {"distributions": None} != settings | {"distributions": None}:
             raise SystemExit(f"--add: {out} was measured with other settings: {kept['settings']}")
         raw["results"], raw["info"] = kept["results"], kept["info"] | {"added": info}
+        raw["command"] = f"{kept['command']}; then {raw['command']}"
     for dist in args.distributions:
         started = time.perf_counter()
         raw["results"][dist] = measure(args, dist)
