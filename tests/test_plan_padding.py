@@ -26,7 +26,8 @@ def section(plan, title="Padding (per micro-batch forward)") -> dict:
 
 def commented_options(recipe: str) -> dict:
     """The recipe's commented-out padding-free lines, as the YAML they become when uncommented."""
-    lines = [ln[2:] for ln in (RECIPES / recipe).read_text().splitlines() if ln.startswith("# padding_free")]
+    keys = ("# padding_free:", "# padding_free_max_tokens_per_row:")
+    lines = [ln[2:] for ln in (RECIPES / recipe).read_text().splitlines() if ln.startswith(keys)]
     return yaml.safe_load("\n".join(lines)) or {}
 
 

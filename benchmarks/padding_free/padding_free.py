@@ -27,6 +27,8 @@ Distributions of (prompt, completion) lengths, groups of `G` rows sharing a prom
 
 - `long_tail`: completions log-normal with sigma 1 and mean 20% of `max_completion_length` before the cap (the issue's
   model: mean 10-30% of the maximum), capped at it (those are the truncated ones); prompts uniform in [32, 128];
+- `long_tail_4_steps`: the same, but the generation batch holds 4 optimizer steps (the recipes' setting) and TRL pads
+  it once, so the timed step (its first) is as wide as the longest of 4x the rows;
 - `demo`: the lengths of a real run here, `demo_lengths.json` (`pacs demo`'s SmolLM2-135M-Instruct generations at the
   demo's settings; `python -m benchmarks.padding_free.demo_lengths` makes it), the first `GA * P` rows;
 - `equal`: every prompt 64 and every completion 128 tokens: nothing to gain, the overhead shows.
@@ -56,7 +58,8 @@ from benchmarks import _common
 HERE = Path(__file__).resolve().parent
 ARMS = ("padded", "trimmed", "packed", "packed_budget", "balanced")
 PACKED = ("packed", "packed_budget", "balanced")
-DISTRIBUTIONS = ("long_tail", "demo", "equal")
+DISTRIBUTIONS = ("long_tail", "long_tail_4_steps", "demo", "equal")
+STEPS_PER_GENERATION = {"long_tail_4_steps": 4}  # optimizer steps per generation batch (TRL pads them together)
 MODEL = dict(
     vocab_size=4096, hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
     num_key_value_heads=2, head_dim=32, max_position_embeddings=4096, tie_word_embeddings=True,
@@ -192,10 +195,12 @@ def timed(fn) -> tuple[float, float]:
 
 def setup(args, dist: str):
     shape = SMOKE_MODEL if args.smoke else MODEL
-    rows = args.micro_batch * args.accumulation
-    prompts, completions = lengths(dist, rows, args.group, args.max_completion_length, args.seed)
-    batch = padded_batch(prompts, completions, shape["vocab_size"], args.seed)
-    return build_model(shape, args.seed), batch, prompts, completions
+    rows, steps = args.micro_batch * args.accumulation, STEPS_PER_GENERATION.get(dist, 1)
+    kind = "long_tail" if dist.startswith("long_tail") else dist
+    prompts, completions = lengths(kind, rows * steps, args.group, args.max_completion_length, args.seed)
+    batch = padded_batch(prompts, completions, shape["vocab_size"], args.seed)  # the generation batch, padded once
+    batch = {key: value[:rows] for key, value in batch.items()}  # its first optimizer step, as wide as all of it
+    return build_model(shape, args.seed), batch, prompts[:rows], completions[:rows]
 
 
 def rss_child(args) -> dict:
