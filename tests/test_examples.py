@@ -185,6 +185,8 @@ def test_algorithm_override_picks_the_config_class(train_qwen):
         "dynamic_sampling",
         "dynamic_sampling_max_rounds",
         "dynamic_sampling_metric",
+        "padding_free",
+        "padding_free_max_tokens_per_row",
     }
     with pytest.raises(ValueError, match="not_an_argument"):
         parse_recipe(train_qwen, TINY_RECIPE, "--algorithm", "grpo", "--not_an_argument", "1")

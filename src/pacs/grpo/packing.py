@@ -128,11 +128,13 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, max_tokens_per_r
     position_ids = (col - torch.tensor(used, device=device).unsqueeze(1)).clamp(min=0).reshape(-1)  # (R * L,)
     position_ids[dst] = rank
 
-    segments = []  # lengths of the flattened layout's segments, in order
+    members = [[] for _ in range(R)]  # each row's sequence lengths, in order
+    for n, r in zip(lengths, rows, strict=True):
+        if n > 0:
+            members[r].append(n)
+    segments = []  # lengths of the flattened layout's segments, in order: each row's sequences, then its filler
     for r in range(R):
-        segments += [n for n, rr in zip(lengths, rows, strict=True) if rr == r and n > 0]
-        if L - used[r] > 0:
-            segments.append(L - used[r])
+        segments += members[r] + ([L - used[r]] if L > used[r] else [])
     cu = [0]
     for n in segments:
         cu.append(cu[-1] + n)

@@ -12,6 +12,8 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   **mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
 - **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): generation batches of groups whose rewards
   differ, topped up with rounds of fresh prompts; `_per_token_logps` / `_logps_without_grad`: a batch's log-probs.
+- **Padding-free forwards** (`padding_free`, `pacs.grpo.padding_free`): every forward packs its rows' real tokens,
+  checked on first use against the rows forwarded one by one; `pacs/real_token_frac` shows the waste, on or off.
 - **Rows balanced by tokens** (with `padding_free`, `pacs.grpo.balance`): each optimizer step's rows regrouped over its
   micro-batches so that their real tokens are even, at the step's first micro-batch (`compute_loss`), where the loss
   does not depend on the grouping (`_balance_unit`).
