@@ -188,6 +188,12 @@ def test_partition_dependent_losses_keep_todays_grouping(tiny_model_dir, tmp_pat
         trainer = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args,
                                       train_dataset=Dataset.from_dict({"prompt": ["a"] * 8}))  # fmt: skip
         assert trainer._balance_unit() is None, name
+    args = config(tmp_path / "y", True, per_device_train_batch_size=4, num_generations=4)
+    trainer = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=parity_reward, args=args,
+                                  train_dataset=Dataset.from_dict({"prompt": ["a"] * 8}))  # fmt: skip
+    assert trainer._balance_unit() == 1  # dapo: normalised by the generation batch's tokens
+    trainer.aux_loss_enabled = True  # a mixture-of-experts model's load-balancing loss, per micro-batch
+    assert trainer._balance_unit() is None
 
 
 def test_resume_inside_a_generation_regroups_as_the_interrupted_run(tiny_model_dir, tmp_path):
