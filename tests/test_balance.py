@@ -2,6 +2,8 @@
 micro-batches, and that a balanced optimizer step has the unbalanced one's gradient (GRPO; PACS whole groups and split
 path), in float32 with plain SGD, so the parameters after training are a function of the summed gradients alone."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -211,3 +213,33 @@ def test_resume_inside_a_generation_regroups_as_the_interrupted_run(tiny_model_d
     update = torch.cat([p.detach().flatten() for p in resumed.model.parameters()]) - initial
     assert resumed.balanced_steps >= 1
     assert ((update - full_update).norm() / full_update.norm()).item() <= 1e-6
+
+
+@pytest.mark.distributed
+def test_zero3_on_two_processes_balanced_matches_the_padded_run(tiny_model_dir, tmp_path):
+    # each process regroups its own rows (two whole groups per micro-batch, two micro-batches per step): the same
+    # number of forwards and the same shapes on both, the step's gradient unchanged
+    import json
+
+    from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
+
+    (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
+    script = Path(__file__).parent / "scripts" / "train_tiny.py"
+    cmd = [*accelerate_launch(), "--config_file", str(tmp_path / "zero3_cpu.yaml"), "--num_processes", "2",
+           str(script), tiny_model_dir]  # fmt: skip
+    batch = ["per_device_train_batch_size=8", "gradient_accumulation_steps=2", "steps_per_generation=4",
+             "max_completion_length=16", "max_steps=2"]  # fmt: skip
+    params, seen = {}, {}
+    for name, flag in (("off", "padding_free=0"), ("on", "padding_free=1")):
+        (tmp_path / name).mkdir()
+        run_launched([*cmd, str(tmp_path / name), flag, *batch], tmp_path)
+        params[name] = torch.load(tmp_path / name / "params0.pt")
+        seen[name] = [json.loads((tmp_path / name / f"rank{r}.json").read_text())["prompt_ids"] for r in range(2)]
+    before, after = params["off"]["before"], params["off"]["after"]
+    assert torch.equal(params["on"]["before"], before) and (after - before).norm() > 0
+    assert ((params["on"]["after"] - after).norm() / (after - before).norm()).item() < 1e-3
+    assert seen["on"] != seen["off"]  # the micro-batches were regrouped
+    for rank in range(2):  # each optimizer step holds the same rows, regrouped
+        for step in range(2):
+            on, off = (sorted(map(tuple, sum(seen[k][rank][2 * step : 2 * step + 2], []))) for k in ("on", "off"))
+            assert on == off
