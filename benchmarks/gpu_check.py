@@ -39,13 +39,22 @@ are "ok". Models are randomly initialised from Qwen3 configs written here (real 
    completion tokens whose id is a multiple of 4) within 24 steps at lr 3e-2. The reward is checked rather than the
    loss: PACS's loss is ln 2 on the first step of every generation by construction (psi = 0 against pi_old).
 
-Each section is in a try/except and a global --time-budget (400 s on a GPU) skips a section that would overrun it.
+7. padding_free: Qwen3-4B's shape as pacs_vs_grpo, one long-tail generation batch (4 groups of 8, completions
+   log-normal with a mean of 20% of 1,024 tokens before the cap, EOS where shorter) replayed for 20 optimizer steps,
+   GRPO through pacs's layer padded (TRL's layout) and with `padding_free` (packed, sdpa), and packed varlen
+   (flash_attention_2, `cu_seq_lens`) where `flash_attn` is importable: the median optimizer step, peak memory, real
+   tokens/s, and the 20 logged losses and entropies against padded's. Fails if a loss is not finite, a loss differs
+   from padded's by more than 2e-2 (1e-4 rehearsing, float32), an entropy by more than 2e-2 relative, or a packed
+   run computes more than 1.1x its real tokens (`pacs/real_token_frac` < 0.9).
+
+Each section is in a try/except and a global --time-budget (480 s on a GPU) skips a section that would overrun it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -75,13 +84,15 @@ from benchmarks.gpu_harness import (
 from benchmarks.harness import machine_info
 
 
-SECTIONS = ("pacs_vs_grpo", "reference_anchor", "split_lora", "zero3", "learning_sanity", "dynamic_sampling")
-RUN_ORDER = ("learning_sanity", "zero3", "pacs_vs_grpo", "split_lora", "dynamic_sampling", "reference_anchor")
-# cheap and vital first. Seconds each section is planned to take on one H200 (380 s of the 400 s budget): one that
+SECTIONS = ("pacs_vs_grpo", "reference_anchor", "split_lora", "zero3", "learning_sanity", "dynamic_sampling",
+            "padding_free")  # fmt: skip
+RUN_ORDER = ("learning_sanity", "zero3", "pacs_vs_grpo", "split_lora", "dynamic_sampling", "padding_free",
+             "reference_anchor")  # fmt: skip
+# cheap and vital first. Seconds each section is planned to take on one H200 (450 s of the 480 s budget): one that
 # would not fit in what is left of the budget is skipped; the repetitions of pacs_vs_grpo and reference_anchor stop at
 # 1.25 times their share
 GPU_COST_S = {"pacs_vs_grpo": 120, "reference_anchor": 60, "split_lora": 50, "zero3": 60, "learning_sanity": 30,
-              "dynamic_sampling": 60}  # fmt: skip
+              "dynamic_sampling": 60, "padding_free": 70}  # fmt: skip
 
 
 REPLAY: dict = {}  # (shape, completion length, group) -> the one real generation, replayed by every later run
@@ -91,9 +102,9 @@ def settings(rehearse: bool) -> dict:
     """Shapes and sizes: the real ones on a GPU, tiny ones for the CPU rehearsal (same code paths)."""
     if rehearse:
         return dict(main="tiny", lora="tiny", small="tiny", completion=16, group=4, reps=2, steps=3, split_steps=2,
-                    ds_completion=16)  # fmt: skip
+                    ds_completion=16, pf_steps=3)  # fmt: skip
     return dict(main="qwen3-4b", lora="qwen3-8b", small="qwen3-0.6b", completion=1024, group=8, reps=3, steps=4,
-                split_steps=2, ds_completion=128)  # fmt: skip
+                split_steps=2, ds_completion=128, pf_steps=20)  # fmt: skip
 
 
 def compare(algorithms, s, tmp, deadline, check_reference=False) -> dict:
@@ -403,12 +414,68 @@ def verify(path: str) -> list[str]:
     return problems
 
 
+def section_padding_free(s, tmp, deadline):
+    """Padded (TRL's layout) against `padding_free` through HardenedGRPOTrainer, on one long-tail batch replayed."""
+    import importlib.util
+    import random
+
+    from pacs.testing import build_tiny_tokenizer
+
+    tokenizer, G, L, rng = build_tiny_tokenizer(), s["group"], s["completion"], random.Random(0)
+    # 4 groups per generation: completions log-normal, mean 20% of L before the cap (the issue's long tail)
+    lengths = [min(L, max(1, round(rng.lognormvariate(math.log(0.2 * L) - 0.5, 1.0)))) for _ in range(4 * G)]
+    ids = [[rng.randrange(8, len(tokenizer)) for _ in range(n - (n < L))] + [tokenizer.eos_token_id] * (n < L)
+           for n in lengths]  # fmt: skip
+    arms = {"padded": {}, "packed_sdpa": {"padding_free": True}}
+    if cuda() and importlib.util.find_spec("flash_attn"):  # varlen: cu_seq_lens, no mask
+        arms["packed_varlen"] = {"padding_free": True, "attn": "flash_attention_2"}
+    runs, prompt_len = {}, statistics.mean(len(tokenizer(p)["input_ids"]) for p in dataset()["prompt"])
+    for name, opts in arms.items():
+        args = trainer_config("hardened_grpo", f"{tmp}/{name}", per_device_train_batch_size=G, num_generations=G,
+                              steps_per_generation=4, max_steps=s["pf_steps"], max_completion_length=L,
+                              **{k: v for k, v in opts.items() if k != "attn"})  # fmt: skip
+        model = build_model(s["main"], tokenizer)
+        if "attn" in opts:
+            model.set_attn_implementation(opts["attn"])
+        trainer = make_trainer("hardened_grpo", model, tokenizer, args, parity_reward, {"ids": (ids, None)})
+        run = train_run(trainer)
+        logs = [e for e in trainer.state.log_history if "loss" in e]
+        run["entropy"] = [e.get("entropy") for e in logs]
+        run["real_token_frac"] = [e.get("pacs/real_token_frac") for e in logs]
+        run["opt_step_ms"] = 1000 * statistics.median(run["step_s"][1:])
+        run["real_tokens_per_s"] = G * (prompt_len + statistics.mean(lengths)) / run["opt_step_ms"] * 1000
+        runs[name] = run
+        del trainer, model
+        free()
+    base, tol = runs["padded"], 2e-2 if cuda() else 1e-4  # bf16 autocast on a GPU, float32 in the rehearsal
+    problems = [f"{k}: non-finite loss" for k, r in runs.items() if not all_finite(r["losses"])]
+    result = {"runs": runs, "completion_lengths": lengths}
+    for name in [n for n in runs if n != "padded"]:
+        run = runs[name]
+        loss_gap = max(abs(a - b) for a, b in zip(run["losses"], base["losses"], strict=True))
+        entropy_gap = max(abs(a - b) / abs(b) for a, b in zip(run["entropy"], base["entropy"], strict=True))
+        result[f"{name}/padded"] = {"opt_step": run["opt_step_ms"] / base["opt_step_ms"], "max_abs_loss_gap": loss_gap,
+                                    "max_rel_entropy_gap": entropy_gap, "peak_mem": run["peak_mem_gib"]
+                                    and run["peak_mem_gib"] / base["peak_mem_gib"]}  # fmt: skip
+        problems += [f"{name}: loss differs from padded by {loss_gap:.3g} (> {tol})"] if loss_gap > tol else []
+        problems += [f"{name}: entropy differs by {entropy_gap:.3g} relative"] if entropy_gap > tol else []
+        if min(run["real_token_frac"]) < 0.9:
+            problems.append(f"{name}: computes {1 / min(run['real_token_frac']):.2f}x its real tokens (> 1.1x)")
+    packed = result["packed_sdpa/padded"]
+    summary = (f"{len(base['losses'])} steps; packed sdpa / padded: optimizer step {packed['opt_step']:.3f}, peak "
+               f"memory {fmt(spread([packed['peak_mem']]))}, loss gap {packed['max_abs_loss_gap']:.2g}; padded "
+               f"{base['opt_step_ms']:.0f} ms, {base['real_tokens_per_s']:.0f} real tokens/s, real tokens "
+               f"{statistics.mean(base['real_token_frac']):.0%} of its positions"
+               + ("" if "packed_varlen" in runs else "; varlen not run (no flash_attn)"))  # fmt: skip
+    return {"status": "failed: " + "; ".join(problems) if problems else "ok", "summary": summary, **result}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes, the same code paths")
     parser.add_argument("--out-dir", default=None, help="default: benchmarks/results/gpu (GPU), outputs/gpu_check")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated, of " + ", ".join(SECTIONS))
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 400 GPU, 900 rehearsing)")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 480 GPU, 900 rehearsing)")
     parser.add_argument("--verify", metavar="JSON", help="check a gpu_check.json as make gpu-rehearsal does")
     parser.add_argument("--zero3-worker", metavar="OUT_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -416,7 +483,7 @@ def main(argv=None) -> int:
         problems, text = verify(args.verify), Path(args.verify).read_text() if Path(args.verify).is_file() else "{}"
         for name, section in json.loads(text).get("sections", {}).items():
             print(f"{name}: {section.get('status')}"[:300])
-        print("\n".join(["FAILED:", *problems]) if problems else f"{args.verify}: the six sections pass")
+        print("\n".join(["FAILED:", *problems]) if problems else f"{args.verify}: the {len(SECTIONS)} sections pass")
         return 1 if problems else 0
     if args.zero3_worker:
         zero3_worker(args.zero3_worker, args.rehearse)
@@ -426,7 +493,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     if not cuda() and not args.rehearse:
         parser.error("no CUDA device here: run on a GPU, or rehearse the check on CPU with --rehearse")
-    budget = args.time_budget or (900.0 if args.rehearse else 400.0)
+    budget = args.time_budget or (900.0 if args.rehearse else 480.0)
     out_dir = Path(args.out_dir or ("benchmarks/results/gpu" if cuda() else "outputs/gpu_check"))
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()

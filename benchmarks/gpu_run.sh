@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check on the air-gapped H200 in one call of the device tool (benchmarks/README.md, "The GPU check"):
 #
-#     run  command="bash benchmarks/gpu_run.sh"  carry=[".gpu-bundle"]  timeout_s=480
+#     run  command="bash benchmarks/gpu_run.sh"  carry=[".gpu-bundle"]  timeout_s=570
 #
 # 1. Installs what the image lacks from .gpu-bundle/ (built here by `make gpu-bundle`) into the image's python, with no
 #    index (pip keeps every installed package that satisfies a requirement), and prints what it installed or changed;
 #    if site-packages cannot be written (or GPU_INSTALL_TARGET=DIR is set), into /tmp/gpu-site (or DIR) on PYTHONPATH.
-# 2. Runs benchmarks/gpu_check.py (its own time budget: 400 s by default on a GPU), writing gpu_check.{json,md}.
+# 2. Runs benchmarks/gpu_check.py (its own time budget: 480 s by default on a GPU), writing gpu_check.{json,md}.
 # 3. Copies gpu_check.{json,md}, install.log and check.log to $OUT (what the device tool brings back).
 # Extra arguments go to gpu_check.py, e.g. `bash benchmarks/gpu_run.sh --sections zero3,split_lora`.
 # `make gpu-rehearsal` runs this same script on CPU: PYTHON=<its virtualenv>, GPU_CHECK_ARGS=--rehearse,

@@ -33,7 +33,7 @@ def test_the_gpu_check_imports_no_vllm():
         assert not any(m.split(".")[0] == "vllm" for m in imported), (name, sorted(imported))
 
 
-def test_verify_accepts_only_six_passing_sections(gpu_check, tmp_path):
+def test_verify_accepts_only_passing_sections(gpu_check, tmp_path):
     path = tmp_path / "gpu_check.json"
 
     def verify(sections):
@@ -73,6 +73,22 @@ def test_dynamic_sampling_rehearsal_writes_a_passing_section(gpu_check, tmp_path
     assert runs["off"]["ds"] == {} and set(runs["on_never_uniform"]["ds"]["rounds"]) == {1}
     assert section["on/off batch time (sparse)"] > 0 and section["on/off batch time (never uniform)"] > 0
     assert "| dynamic_sampling | ok |" in (tmp_path / "gpu_check.md").read_text()
+
+
+def test_padding_free_rehearsal_writes_a_passing_section(gpu_check, tmp_path, monkeypatch):
+    code = gpu_check.main(["--rehearse", "--sections", "padding_free", "--out-dir", str(tmp_path)])
+    section = _result(tmp_path)["sections"]["padding_free"]
+    assert code == 0 and section["status"] == "ok", section
+    runs = section["runs"]
+    assert set(runs) == {"padded", "packed_sdpa"}  # no flash_attn on CPU: no varlen run
+    assert min(runs["packed_sdpa"]["real_token_frac"]) >= 0.9 > max(runs["padded"]["real_token_frac"])
+    assert section["packed_sdpa/padded"]["max_abs_loss_gap"] < 1e-4 and len(runs["padded"]["losses"]) == 3
+    # a packed forward that computed the padding anyway (the option ignored) fails visibly
+    config = gpu_check.trainer_config
+    monkeypatch.setattr(gpu_check, "trainer_config", lambda *a, **kw: config(*a, **{**kw, "padding_free": False}))
+    code = gpu_check.main(["--rehearse", "--sections", "padding_free", "--out-dir", str(tmp_path)])
+    status = _result(tmp_path)["sections"]["padding_free"]["status"]
+    assert code == 1 and "packed_sdpa: computes" in status, status
 
 
 def test_a_check_that_does_not_hold_fails_visibly(gpu_check, tmp_path, monkeypatch):

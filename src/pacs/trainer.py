@@ -202,6 +202,12 @@ class PACSTrainer(GRPOLossTerms, HardenedGRPOTrainer):
                 self._log_pacs_metrics("train", loss, stats, labels, fresh=fresh, whole_step=True)
         return inputs
 
+    def _balance_unit(self) -> int | None:
+        # balancing by tokens (`padding_free`) keeps whole groups in a micro-batch, as the PACS loss needs; on the
+        # split path the step's coefficients ride with each row (`pacs_coef`), so any row may go anywhere
+        unit = super()._balance_unit()
+        return unit if unit is None or self._pacs_split else self.num_generations
+
     def _reward_proxy_without_grad(self, batch: dict, mask: torch.Tensor, on_policy: bool) -> torch.Tensor:
         # r of the batch under the current policy, (B,): exactly 0 without a forward where the policy is the anchor
         if self._pacs_anchor.proxy_is_zero(batch, on_policy):

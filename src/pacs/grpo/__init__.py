@@ -6,8 +6,8 @@ checkpoints and a drift-free vLLM LoRA push; nothing of PACS (`PACSTrainer` is b
 Rooms: `checks` (before work), `guards` (while it runs), `checkpoints` (files), `resume` (how a run resumes, decided
 once), `sampler` (TRL's prompt order in every epoch, also after a resume), `dynamic_sampling` (generation batches of groups whose rewards differ), `metrics` (the batch's reward
 sparsity), `vllm_sync` (vLLM: the LoRA push, the stale-weights monitor, the importance-sampling metrics), `terms`
-(pieces of GRPO's `_compute_loss` the layer needs), `packing` (sequence packing, pure torch) and `padding_free`
-(packed forwards through TRL's fused LM head), `model_checks` (the model argument, before anything loads), `config` and `trainer` (the
+(pieces of GRPO's `_compute_loss` the layer needs), `packing` (sequence packing, pure torch), `padding_free`
+(packed forwards through TRL's fused LM head) and `balance` (an optimizer step's rows regrouped by tokens), `model_checks` (the model argument, before anything loads), `config` and `trainer` (the
 one class that overrides TRL's methods), and its floor, `_compat` (every private name of TRL and transformers it
 touches, checked at import). The layer imports nothing of `pacs` above it; what `pacs train` adds around a run (one
 run per output folder, the overwrite policy) is `pacs.run_lock`. `HardenedGRPOConfig` and `HardenedGRPOTrainer`

@@ -15,6 +15,9 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   differ, topped up with rounds of fresh prompts; `_per_token_logps` / `_logps_without_grad`: a batch's log-probs.
 - **Padding-free forwards** (`padding_free`, `pacs.grpo.padding_free`): every forward packs its rows' real tokens,
   checked on first use against the rows forwarded one by one; `pacs/real_token_frac` shows the waste, on or off.
+- **Rows balanced by tokens** (with `padding_free`, `pacs.grpo.balance`): each optimizer step's rows regrouped over its
+  micro-batches so that their real tokens are even, at the step's first micro-batch (`compute_loss`), where the loss
+  does not depend on the grouping (`_balance_unit`).
 
 Each TRL method below is overridden here and nowhere else (`_compat.check_trl` checks at import that TRL still
 has them). A subclass extends the named points instead; each receives what it acts on and returns what it adds, and
@@ -61,6 +64,7 @@ from trl.trainer.utils import RepeatSampler
 
 from . import dynamic_sampling as ds
 from ._compat import check_trl, no_router_logits, only_tied_keys_missing
+from .balance import balance_micro_batches
 from .checkpoints import (
     COMPLETE_MARKER,
     ROLLOUT_DIR,
@@ -494,11 +498,56 @@ class HardenedGRPOTrainer(GRPOTrainer):
         first = (step - step % GA) % S  # this optimizer step's first micro-batch in the buffer
         return self._buffered_inputs[first : first + GA], step % GA
 
+    def _balance_unit(self) -> int | None:
+        """With `padding_free`: the rows that stay together when each optimizer step's rows are regrouped over its
+        micro-batches so that their real tokens are even (`pacs.grpo.balance`; 1: any row anywhere); `None`: today's
+        grouping. Regrouping keeps the step's gradient only where the loss does not depend on which rows share a
+        micro-batch, so these keep it: `loss_type="bnpo"` (normalised by each micro-batch's tokens),
+        `top_entropy_quantile` < 1 (a quantile over each micro-batch), an entropy bonus (a mean over each
+        micro-batch's tokens) and the auxiliary loss of a mixture-of-experts model (per micro-batch). A subclass whose
+        loss needs whole groups in a micro-batch returns their size (PACS)."""
+        args = self.args
+        if not getattr(args, "padding_free", False):
+            return None
+        partition_dependent = (
+            args.loss_type == "bnpo"
+            or self.top_entropy_quantile < 1.0
+            or args.entropy_coef != 0.0
+            or args.use_adaptive_entropy
+            or self.aux_loss_enabled
+        )
+        return None if partition_dependent else 1
+
+    def _balanced_step(self, inputs: dict) -> dict:
+        """At an optimizer step's first micro-batch on its first pass: the step's buffered micro-batches regrouped by
+        tokens (`_balance_unit`), written back to the buffer; returns the micro-batch to train on now. Deterministic
+        in the buffer, so a resumed run regroups as the interrupted one did."""
+        unit = self._balance_unit()
+        GA, S = self.current_gradient_accumulation_steps, self.args.steps_per_generation
+        # a step that spans two generation batches (S not a multiple of GA), or a later pass over the buffer
+        # (num_iterations > 1: already regrouped), keeps its micro-batches
+        if unit is None or GA < 2 or S % GA != 0 or self._step % self._generate_every >= S:
+            return inputs
+        batches, position = self._optimizer_step_batches()
+        if position != 0 or batches[0] is not inputs:
+            return inputs
+        first = self._step % S
+        self._buffered_inputs[first : first + GA] = balanced = balance_micro_batches(batches, unit)
+        return balanced[0]
+
     def _fresh_step(self) -> bool:
         """Whether micro-batch `_step` belongs to the first optimizer step after a generation (see
         [`first_step_of_generation`])."""
         GA, S = self.current_gradient_accumulation_steps, self.args.steps_per_generation
         return first_step_of_generation(self._step, GA, S, self.num_iterations)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # with `padding_free`, each optimizer step's rows balanced by tokens over its micro-batches, once per step
+        if self.model.training:
+            inputs = self._balanced_step(inputs)
+        return super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
 
     # a batch's log-probs, as GRPOTrainer computes them, padded or packed (`padding_free`) ----------------------------
     def _logps_without_grad(self, model, batch: dict, batch_size: int | None = None) -> torch.Tensor:

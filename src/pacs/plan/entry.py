@@ -10,6 +10,7 @@ from .batch import batch_section, run_section, world_size_check
 from .evaluation import evaluation_section
 from .launch import Launch, VllmServe, recipe_launch, this_launch
 from .memory import checkpoints_section, memory_limit, precision_check, training_memory
+from .padding import padding_section
 from .report import GiB, Plan
 from .resolve import Run, resolve_run
 from .shape import ModelShape, model_shape
@@ -41,17 +42,19 @@ def plan_run(run: Run) -> Plan:
     world_size_check(plan, run, replan=plan_run)  # its suggested fixes re-planned before they are printed
     # 2. Batch arithmetic
     batch_section(plan, run)
-    # 3. Training memory (needs the shape)
+    # 3. What the forwards compute: padded (TRL) or packed (`padding_free`), and the packed row's attention mask
+    padding_section(plan, run)
+    # 4. Training memory (needs the shape)
     trainer = training_memory(plan, run) if run.shape is not None else None
-    # 4. vLLM (a colocated engine shares the GPU memory with training, so it checks the memory limit itself)
+    # 5. vLLM (a colocated engine shares the GPU memory with training, so it checks the memory limit itself)
     gpu = run.launch.gpu_memory_gib * GiB if run.launch.gpu_memory_gib else None
     if trainer is not None and gpu and not run.colocated:
         memory_limit(plan, trainer.peak, gpu, "training")
     if run.use_vllm:
         plan.vllm = vllm_section(plan, run, trainer)
-    # 5. bf16 weights without fp32 master weights
+    # 6. bf16 weights without fp32 master weights
     precision_check(plan, run)
-    # 6. Checkpoints and evaluation (need the shape)
+    # 7. Checkpoints and evaluation (need the shape)
     if run.shape is not None:
         checkpoints_section(plan, run)
         evaluation_section(plan, run, trainer, plan.vllm.get("concurrent"))

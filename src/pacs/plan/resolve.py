@@ -67,6 +67,10 @@ class Run:
     num_generations_eval: int  # completions per problem (num_generations_eval, else num_generations)
     per_device_eval_batch_size: int
 
+    padding_free: bool = False  # every forward packed, real tokens only (`HardenedGRPOConfig.padding_free`)
+    padding_free_max_tokens_per_row: int | None = None  # the packed row's token budget; None: a micro-batch per row
+    attn_implementation: str | None = None  # the model's (TRL's ModelConfig); None: transformers' choice, sdpa
+
     @property
     def world_size(self) -> int:
         return self.launch.world_size
@@ -148,6 +152,9 @@ def resolve_run(
         eval_steps=args.eval_steps,
         num_generations_eval=args.num_generations_eval or args.num_generations,
         per_device_eval_batch_size=args.per_device_eval_batch_size,
+        padding_free=bool(_get(args, "padding_free", False)),
+        padding_free_max_tokens_per_row=_get(args, "padding_free_max_tokens_per_row"),
+        attn_implementation=_get(model_args, "attn_implementation"),
     )
 
 
