@@ -16,7 +16,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from benchmarks import _common  # noqa: F401  (the offline environment, before transformers)
+from benchmarks import harness
 
 
 HERE = Path(__file__).resolve().parent
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict:
         "max_completion_length": max_new,
         "prompt_lengths": prompt_lengths,
         "completion_lengths": completion_lengths,
-        "machine": _common.machine_info(),
+        "machine": harness.machine_info(),
     }
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     clipped = sum(n >= max_new for n in completion_lengths) / len(completion_lengths)

@@ -52,7 +52,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import _common
+from benchmarks import harness
 
 
 HERE = Path(__file__).resolve().parent
@@ -253,7 +253,7 @@ def measure(args, dist: str) -> dict:
                 for key, value in zip(times[arm], (cpu, wall, b_cpu, b_wall), strict=True):
                     times[arm][key].append(value)
     result["times"] = times
-    result["load_average"] = _common.load_average()
+    result["load_average"] = harness.load_average()
     # 3. peak RSS of one step per arm, each in a fresh process
     if dist in args.rss:
         result["rss"] = {}
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.rss_child:
         print(json.dumps(rss_child(args)))
         return {}
-    info = _common.machine_info()
+    info = harness.machine_info()
     settings = {k: v for k, v in vars(args).items() if k not in ("passthrough", "rss_child", "out_dir", "add", "rss")}
     raw = {"info": info, "settings": settings, "model": SMOKE_MODEL if args.smoke else MODEL,
            "command": "python -m benchmarks.padding_free.padding_free " + " ".join(argv or sys.argv[1:]),
@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> dict:
         raw["results"][dist] = measure(args, dist)
         print(f"{dist}: {time.perf_counter() - started:.0f} s", flush=True)
         out.write_text(json.dumps(raw, indent=1) + "\n")  # after each distribution: a partial run keeps its results
-    raw["info"]["load_average_end"] = _common.load_average()
+    raw["info"]["load_average_end"] = harness.load_average()
     out.write_text(json.dumps(raw, indent=1) + "\n")
     from benchmarks.padding_free import padding_free_report
 
