@@ -281,7 +281,11 @@ class HardenedGRPOTrainer(GRPOTrainer):
         holds. One round whose groups all differ is the batch as TRL generated it."""
         accelerator, args = self.accelerator, self.args
         if self._topup_view is None:  # the columns the Trainer's dataloader keeps, so top-ups see what round 1 sees
-            self._topup_view = self._remove_unused_columns(self.train_dataset, description="dynamic sampling")
+            import datasets
+
+            data = self.train_dataset
+            is_table = isinstance(data, datasets.Dataset)  # the Trainer strips only these (`Trainer._get_dataloader`)
+            self._topup_view = self._remove_unused_columns(data, description="dynamic sampling") if is_table else data
         seen_tokens = self.state.num_input_tokens_seen
         sampled = self._dynamic_sampling.generate(
             inputs, self._sampled_round, self._topup_view, accelerator.process_index, accelerator.num_processes,
