@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .rows import move_rows, pad_value
+
 
 __all__ = [
     "DynamicSampling", "Round", "Sampled", "TopUpStream", "assemble_batch", "assemble_rows", "batch_metrics",
@@ -39,9 +41,6 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "pacs_dynamic_sampling.json"
 """The top-up stream's position in a checkpoint, written by the main process (`TopUpStream.save`)."""
-
-PROMPT_ALIGNED = frozenset({"prompt_ids", "prompt_mask"})
-"""Row tensors padded on the left (TRL pads prompts left); every other `(B, T, ...)` row tensor is padded right."""
 
 TOPUP_SEED_OFFSET = 104_729
 """Added to `args.seed` for the top-up stream, so that it is not the Trainer sampler's permutation of the data."""
@@ -251,14 +250,6 @@ class TopUpStream:
         self.generated_completions = int(state["generated_completions"])
 
 
-def _pad_width(tensor: torch.Tensor, width: int, value, left: bool) -> torch.Tensor:
-    missing = width - tensor.size(1)
-    if missing == 0:
-        return tensor
-    filler = tensor.new_full((tensor.size(0), missing, *tensor.shape[2:]), value)
-    return torch.cat([filler, tensor] if left else [tensor, filler], dim=1)
-
-
 def assemble_rows(
     rounds: Sequence[dict[str, torch.Tensor]],
     picks: Sequence[tuple[int, int]],
@@ -311,44 +302,15 @@ def assemble_rows(
             if row is not None:
                 targets.append(k * G + j)
                 sources.append((r, row))
-    # 2. every row tensor padded to the widest over rounds and processes
-    widths = torch.tensor([max(b[key].size(1) if b[key].dim() > 1 else 0 for b in rounds) for key in keys])
-    widths = gather(widths.to(device)).view(-1, len(keys)).amax(dim=0).tolist()
-    local = {}
-    for key, width in zip(keys, widths):
-        parts = []
-        for r, batch in enumerate(rounds):
-            rows = [i for rr, i in sources if rr == r]
-            if not rows:
-                continue
-            value = batch[key][torch.tensor(rows, device=batch[key].device)]
-            if value.dim() > 1:
-                value = _pad_width(value, width, pad_values.get(key, 0), key in PROMPT_ALIGNED)
-            parts.append(value)
-        local[key] = parts
-    order = [i for r in range(len(rounds)) for i, (rr, _) in enumerate(sources) if rr == r]  # rows as concatenated
-    position = torch.tensor([targets[i] for i in order], dtype=torch.long)
-    # 3. gather the picked rows (padded to the same count on every process) and take this process's slice
-    most = int(gather(torch.tensor([position.numel()], device=device)).max())
-    position = torch.cat([position, torch.full((most - position.numel(),), -1, dtype=torch.long)]).to(device)
-    everywhere = gather(position)  # (W * most,)
-    mine = ((everywhere >= process_index * n) & (everywhere < (process_index + 1) * n)).nonzero().flatten()
-    mine = mine[everywhere[mine].argsort()]
-    if mine.numel() != n:
-        raise RuntimeError(f"dynamic sampling assembled {mine.numel()} rows for process {process_index}, not {n}.")
-    output = {}
-    for key in keys:
-        template = rounds[0][key]
-        value = torch.cat(local[key]) if local[key] else template[:0]
-        if value.dim() > 1 and value.size(1) != widths[keys.index(key)]:  # no picked row here: an empty, widened one
-            value = value.new_zeros((0, widths[keys.index(key)], *value.shape[2:]))
-        filler = value.new_zeros((most - value.size(0), *value.shape[1:]))
-        is_bool = value.dtype == torch.bool
-        padded = torch.cat([value, filler])
-        gathered = gather(padded.to(torch.uint8) if is_bool else padded)
-        gathered = gathered.bool() if is_bool else gathered
-        output[key] = gathered[mine]
-    return output
+    # 2. the picked rows, round by round, moved to their places (`pacs.grpo.rows.move_rows`: padding, transport)
+    parts, moved = [], []
+    for r, batch in enumerate(rounds):
+        rows = [(i, t) for (rr, i), t in zip(sources, targets, strict=True) if rr == r]
+        index = torch.tensor([i for i, _ in rows], dtype=torch.long)
+        parts.append({key: value[index.to(value.device)] for key, value in batch.items()})
+        moved += [t for _, t in rows]
+    target = torch.tensor(moved, dtype=torch.long, device=device)
+    return move_rows(parts, target, n, process_index, gather, lambda key: pad_values.get(key, 0))
 
 
 def assemble_batch(
@@ -364,7 +326,7 @@ def assemble_batch(
                 f"dynamic_sampling cannot assemble the batch's {key!r} ({type(value).__name__}): only per-row "
                 "tensors can be filtered (multimodal inputs are not supported); turn dynamic_sampling off."
             )
-    pads = {"prompt_ids": pad_id, "completion_ids": pad_id, "tool_mask": 1}
+    pads = {key: pad_value(key, pad_id) for key in rows[0]}  # `pacs.grpo.rows`' rules
     output = assemble_rows(rows, picks, G, process_index, gather, pads, held, rows_per_process)
     output["num_items_in_batch"] = gather(_model_tokens(output).sum()).sum()
     return output
