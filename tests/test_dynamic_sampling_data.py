@@ -304,3 +304,28 @@ def test_the_rounds_held_never_exceed_what_can_be_picked_and_assemble_the_same_b
     assert held_rows == [8, 8, 8]
     assert sampled.picks == [(0, 1), (2, 0), (2, 2), (2, 3)] and sampled.fallback == 0
     assert sampled.output["prompt_ids"].flatten().tolist() == [2, 3, 200, 201, 204, 205, 206, 207]
+
+
+class CountingForwards(HardenedGRPOTrainer):
+    """Counts the rows of every forward without grad (old and reference log-probs)."""
+
+    no_grad_rows = 0
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, *args, **kwargs):
+        if not torch.is_grad_enabled():
+            self.no_grad_rows += input_ids.size(0)
+        return super()._get_per_token_logps_and_entropies(model, input_ids, *args, **kwargs)
+
+
+def test_no_grad_forwards_are_of_the_trained_rows_only(tiny_model_dir, tmp_path):
+    # old log-probs (2 micro-batches per generation, one per step) and reference ones (beta > 0): one forward of each
+    # trained row for each, however many rounds were generated and dropped
+    args = grpo_config(
+        tmp_path, dynamic_sampling=True, beta=0.04, steps_per_generation=2, max_steps=2, per_device_train_batch_size=8
+    )
+    data = _prompts(36, mixed=range(0, 36, 3))
+    trainer = CountingForwards(model=tiny_model_dir, reward_funcs=said_yes, args=args, train_dataset=data)
+    _train(trainer, _mixed_reply)
+    (entry,) = _ds_logs(trainer)
+    assert entry["pacs/ds/rounds"] > 1
+    assert trainer.no_grad_rows == 2 * 16  # 16 rows trained, old and reference

@@ -10,8 +10,10 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   resume with the buffered rollout, no training past a finished run (`pacs.grpo.resume.resume_decision`, made once).
 - **vLLM** (`pacs.grpo.vllm_sync`): the drift-free LoRA push, the stale-weights monitor, `pacs/is_*` metrics;
   **mixture-of-experts generation** without router logits (`pacs._compat.no_router_logits`).
-- **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): generation batches of groups whose rewards
-  differ, topped up with rounds of fresh prompts; `_per_token_logps` / `_logps_without_grad`: a batch's log-probs.
+- **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling.DynamicSampling`, which the layer holds):
+  generation batches of groups whose rewards differ, topped up with rounds of fresh prompts, with the old and
+  reference log-probs and the counters of the batch that trains; `_per_token_logps` / `_logps_without_grad`: a batch's
+  log-probs.
 
 Each TRL method below is overridden here and nowhere else (`pacs._compat.check_trl` checks at import that TRL still
 has them). A subclass extends the named points instead; each receives what it acts on and returns what it adds, and
@@ -24,7 +26,8 @@ its config belongs to the config: its `__post_init__` checks it). In this order,
    `(B_global, F)` rewards and which completions any function scored, before TRL turns them into advantages; returns
    per-row columns `{name: (B_global, ...) tensor}`, which this layer slices to the process's rows (TRL's slice) and
    attaches to the batch (PACS: the labels); with dynamic sampling it runs once per generation round, and
-   `_sampling_signal(rewards_per_func, scorable, columns)` then says what must differ within a group (PACS: labels);
+   `_sampling_signal(output, rewards_per_func, scorable)` then says, for the round's rows on this process, what must
+   differ within a group and which rows count (PACS: the labels, over the rows its loss counts);
 3. `_after_scoring(output, mode) -> output`: the batch as TRL generated and scored it (with dynamic sampling, as
    assembled from its rounds), with those columns, before this layer's monitors read it (PACS: pi_ref's log-probs and
    the rows' numbers, which ride with the batch);
