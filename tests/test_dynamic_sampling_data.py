@@ -223,47 +223,49 @@ class ProxyRecording(PACSTrainer):
         return result
 
 
+def _layout_prompts(n=16) -> Dataset:
+    # period 4: mixed, hard, hard with a long answer, mixed; prompts of different lengths
+    kinds = ["mixed", "hard", "hard long", "mixed"]
+    return Dataset.from_dict({"prompt": [f"Q{i} {kinds[i % 4]}?" + " more" * (i % 3) for i in range(n)]})
+
+
+def _layout_reply(prompt, i):
+    # the dropped (hard) groups of a round can be wider than the groups kept: the batch's padding is not its rounds'
+    if "mixed" in prompt:
+        return "Yes." if i % 2 == 0 else "No, it is not" + " so" * (i % 3)
+    return "No" + " no" * 12 if "long" in prompt else "No."
+
+
 @pytest.mark.parametrize("dynamic_sampling", [False, True], ids=["off", "on"])
 def test_old_log_probs_are_the_policys_own_on_the_trained_layout(tiny_model_dir, tmp_path, dynamic_sampling):
     # learning rate 0, bf16: pi_old (TRL's old log-probs: steps_per_generation 2, one micro-batch per step) must equal
-    # the policy's own in the loss, so the rollout anchor's reward proxy is exactly 0; prompts of different lengths
-    # and completions of different lengths make every round's padding differ from the assembled batch's
+    # the policy's own in the loss, so the rollout anchor's reward proxy is exactly 0; in order (shuffle_dataset off),
+    # a generation's rounds are [Q0 mixed, Q1 hard] + [Q2 hard long, Q3 mixed] -> Q0, Q3, then [Q2 hard long, Q3
+    # mixed] + [Q4 mixed, Q5 hard] -> Q3, Q4: a kept group's round is narrower than the batch
     args = tiny_pacs_config(
         tmp_path, dynamic_sampling=dynamic_sampling, bf16=True, learning_rate=0.0, max_steps=4, steps_per_generation=2,
-        pacs_anchor="rollout",
+        pacs_anchor="rollout", shuffle_dataset=False, max_completion_length=16,
     )  # fmt: skip
-    data = Dataset.from_dict(
-        {"prompt": [f"Q{i} {'mixed' if i % 3 == 0 else 'hard'}?" + " more" * (i % 5) for i in range(24)]}
-    )
-    trainer = ProxyRecording(model=tiny_model_dir, reward_funcs=said_yes, args=args, train_dataset=data)
-
-    def reply(prompt, i):
-        return ("Yes." if i % 2 == 0 else "No, it is not" + " so" * (i % 3)) if "mixed" in prompt else "No."
-
-    _train(trainer, reply)
+    trainer = ProxyRecording(model=tiny_model_dir, reward_funcs=said_yes, args=args, train_dataset=_layout_prompts())
+    _train(trainer, _layout_reply)
     if dynamic_sampling:
-        assert any(e["pacs/ds/rounds"] > 1 for e in _ds_logs(trainer))
+        assert [e["pacs/ds/rounds"] for e in _ds_logs(trainer)] == [2, 2]
     assert len(trainer.gaps) == 4 and max(trainer.gaps) == 0.0, trainer.gaps
 
 
 def test_grpo_reference_log_probs_are_the_policys_own_on_the_trained_layout(tiny_model_dir, tmp_path):
     # beta > 0, learning rate 0, bf16: TRL's reference log-probs equal the policy's, so its logged kl is exactly 0
     args = grpo_config(
-        tmp_path, dynamic_sampling=True, bf16=True, learning_rate=0.0, beta=0.04, max_steps=3,
-        per_device_train_batch_size=8,
+        tmp_path, dynamic_sampling=True, bf16=True, learning_rate=0.0, beta=0.04, max_steps=2,
+        per_device_train_batch_size=8, shuffle_dataset=False, max_completion_length=16,
     )  # fmt: skip
-    data = Dataset.from_dict(
-        {"prompt": [f"Q{i} {'mixed' if i % 3 == 0 else 'hard'}?" + " more" * (i % 5) for i in range(24)]}
+    trainer = HardenedGRPOTrainer(
+        model=tiny_model_dir, reward_funcs=said_yes, args=args, train_dataset=_layout_prompts()
     )
-    trainer = HardenedGRPOTrainer(model=tiny_model_dir, reward_funcs=said_yes, args=args, train_dataset=data)
-
-    def reply(prompt, i):
-        return ("Yes." if i % 2 == 0 else "No, it is not" + " so" * (i % 3)) if "mixed" in prompt else "No."
-
-    _train(trainer, reply)
+    _train(trainer, _layout_reply)
     logs = _ds_logs(trainer)
-    assert any(e["pacs/ds/rounds"] > 1 for e in logs)
-    assert [e["kl"] for e in logs] == [0.0] * len(logs)
+    assert [e["pacs/ds/rounds"] for e in logs] == [2, 2]
+    assert [e["kl"] for e in logs] == [0.0, 0.0]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

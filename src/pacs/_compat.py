@@ -149,16 +149,17 @@ _OVERRIDDEN = (  # HardenedGRPOTrainer's: each in one class (tests/test_grpo_tra
     "_save_checkpoint",
     "_load_optimizer_and_scheduler",
 )
-_USED = (  # a batch's log-probs; a checkpoint's folder; a finished run's final weights (transformers' `Trainer`)
-    "_get_per_token_logps_and_entropies",
+_USED = (  # a batch's log-probs; a checkpoint's folder; a finished run's final weights; the dataloader's columns
+    "_get_per_token_logps_and_entropies",  # dynamic sampling also skips it inside a round (`_round_without_logps`)
     "_get_output_dir",
     "_load_from_checkpoint",
+    "_remove_unused_columns",  # transformers' `Trainer`: the columns top-up rows keep, as the dataloader's
 )
-_STATE = ("_step", "_buffered_inputs", "_metrics")
+_STATE = ("_step", "_buffered_inputs", "_metrics", "_logs")
 """GRPOTrainer's private state the hardened layer reads or writes: the micro-batch counter and the buffered generation
-batch (exact resume mid-generation) and the metric buffer (every metric it logs). Checked at import in GRPOTrainer's
-source, where `__init__` sets them. Each can go when TRL exposes it: a rollout-buffer state for checkpoints, a
-metric-logging method."""
+batch (exact resume mid-generation), the metric buffer (every metric it logs) and the completions table (dynamic
+sampling puts the trained rows there). Checked at import in GRPOTrainer's source, where `__init__` sets them. Each can
+go when TRL exposes it: a rollout-buffer state for checkpoints, a metric-logging method, a completions-logging one."""
 _PACS_OVERRIDDEN = ("_prepare_inputs", "_compute_loss")  # PACSTrainer's: the batch shuffle and the loss
 _PACS_STATE = ("_tokenizer", "_entropy_bonus_enabled", "_entropy_window_stats", "_last_world_entropy")
 """GRPOTrainer's private state only PACS reads or writes: the tokenizer (the split path's row exchange pads with it)
