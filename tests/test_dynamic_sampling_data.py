@@ -249,7 +249,7 @@ def test_old_log_probs_are_the_policys_own_on_the_trained_layout(tiny_model_dir,
     trainer = ProxyRecording(model=tiny_model_dir, reward_funcs=said_yes, args=args, train_dataset=_layout_prompts())
     _train(trainer, _layout_reply)
     if dynamic_sampling:
-        assert [e["pacs/ds/rounds"] for e in _ds_logs(trainer)] == [2, 2]
+        assert all(e["pacs/ds/rounds"] > 1 for e in _ds_logs(trainer))
     assert len(trainer.gaps) == 4 and max(trainer.gaps) == 0.0, trainer.gaps
 
 
@@ -264,7 +264,7 @@ def test_grpo_reference_log_probs_are_the_policys_own_on_the_trained_layout(tiny
     )
     _train(trainer, _layout_reply)
     logs = _ds_logs(trainer)
-    assert [e["pacs/ds/rounds"] for e in logs] == [2, 2]
+    assert len(logs) == 2 and all(e["pacs/ds/rounds"] > 1 for e in logs)
     assert [e["kl"] for e in logs] == [0.0, 0.0]
 
 
