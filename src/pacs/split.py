@@ -45,8 +45,8 @@ def split_layout(
       number of groups: the rows stay where they were generated.
     - `"exchange"`: only the step over all processes holds whole groups (`world_size * per_device_batch * grad_accum`
       rows, e.g. 8 GPUs with one row each and groups of 8, several optimizer steps per generation): after each
-      generation the rows are redistributed once (`pacs.grpo.rows.move_rows`: each process receives its own) so that every process holds
-      its share of every step's groups.
+      generation the rows are redistributed once (`pacs.grpo.rows.move_rows`: each process receives its own) so that
+      every process holds its share of every step's groups.
 
     >>> split_layout(1, 8, 32, 1, 8)  # one GPU, 8 micro-batches of 1 per optimizer step, 4 steps per generation
     'local'
