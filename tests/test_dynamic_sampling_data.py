@@ -6,8 +6,10 @@
   order with `shuffle_dataset=False`, and a stream whose seed rides with its position;
 - settings it cannot serve (image data, an `environment_factory` without a training set) refused before the model
   loads;
-- `num_tokens`, the completions table and the old / reference log-probs are those of the batch that trains;
-- each round is pruned, as it finishes, to the groups that can still be picked.
+- `num_tokens`, the completions table and the old / reference log-probs are those of the batch that trains (one no-grad
+  forward of each trained row per kind, none of a dropped row);
+- each round is pruned, as it finishes, to the groups that can still be picked;
+- beside it, TRL #6789: truncated sampling with vLLM's importance-sampling correction warns.
 """
 
 from unittest.mock import patch
@@ -331,3 +333,39 @@ def test_no_grad_forwards_are_of_the_trained_rows_only(tiny_model_dir, tmp_path)
     (entry,) = _ds_logs(trainer)
     assert entry["pacs/ds/rounds"] > 1
     assert trainer.no_grad_rows == 2 * 16  # 16 rows trained, old and reference
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# TRL #6789: vLLM's importance-sampling ratio under truncated sampling
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_truncated_sampling_with_the_vllm_correction_warns_naming_the_bias_and_the_way_out(caplog):
+    from types import SimpleNamespace
+
+    from pacs.grpo.checks import check_importance_sampling
+
+    def args(**overrides):
+        base = dict(
+            use_vllm=True, vllm_importance_sampling_correction=True, top_p=1.0, top_k=0, min_p=None,
+            generation_kwargs=None,
+        )  # fmt: skip
+        return SimpleNamespace(**{**base, **overrides})
+
+    for bad, named in [
+        ({"top_p": 0.95}, "top_p=0.95"), ({"top_k": 20}, "top_k=20"), ({"min_p": 0.05}, "min_p=0.05"),
+        ({"generation_kwargs": {"top_p": 0.9}}, "top_p=0.9"),
+    ]:  # fmt: skip
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="pacs.grpo.checks"):
+            check_importance_sampling(args(**bad))
+        assert (
+            named in caplog.text
+            and "#6789" in caplog.text
+            and "vllm_importance_sampling_correction=False" in (caplog.text)
+        ), bad
+    for fine in [{}, {"top_p": 0.9, "vllm_importance_sampling_correction": False}, {"top_p": 0.9, "use_vllm": False}]:
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="pacs.grpo.checks"):
+            check_importance_sampling(args(**fine))
+        assert not caplog.text, fine
