@@ -5,7 +5,8 @@ checkpoints and a drift-free vLLM LoRA push; nothing of PACS (`PACSTrainer` is b
 
 Rooms: `checks` (before work), `guards` (while it runs), `checkpoints` (files), `resume` (how a run resumes, decided
 once), `run_lock` (one run per output folder, no orphaned workers), `vllm_sync` (vLLM), `terms` (pieces of GRPO's
-`_compute_loss` the layer needs), `config` and `trainer` (the one class that overrides TRL's methods). What
+`_compute_loss` the layer needs), `dynamic_sampling` (DAPO's filter and top-ups), `rows` (moving rows between
+processes), `config` and `trainer` (the one class that overrides TRL's methods). What
 they need from TRL is in `pacs._compat`. `HardenedGRPOConfig` and `HardenedGRPOTrainer` import TRL on first use, so that
 `pacs.grpo.checks` stays quick to import.
 """
