@@ -2,7 +2,8 @@
 GRPO's own loss): their order, their arguments and the mode each receives, the columns `_after_rewards` returns riding
 with the batch, and the model's mode where TRL reads it (`_compute_loss`, `log`), in training and in evaluation under
 TRL's continuous batching (which sets the model to training mode after generating, even in evaluation). No point runs
-before GRPOTrainer's `__init__`."""
+before GRPOTrainer's `__init__`. With dynamic sampling, `_after_rewards` and `_sampling_signal` run once per round,
+the others once per generation batch."""
 
 import pytest
 from datasets import Dataset
@@ -47,6 +48,12 @@ class Recorder(HardenedGRPOTrainer):
         details |= {"columns": {k: tuple(v.shape) for k, v in columns.items()}, "training": self.model.training}
         self.events.append(("_after_rewards", mode, details))
         return columns
+
+    def _sampling_signal(self, output, rewards_per_func, scorable):
+        # with dynamic sampling, training only: each round's batch on this process, with `_after_rewards`' columns
+        details = {"keys": set(output), "rewards": tuple(rewards_per_func.shape), "scorable": tuple(scorable.shape)}
+        self.events.append(("_sampling_signal", "train", details))
+        return super()._sampling_signal(output, rewards_per_func, scorable)
 
     def _after_scoring(self, output, mode):
         self.events.append(("_after_scoring", mode, {"keys": set(output), "rows": output["prompt_ids"].size(0)}))
@@ -136,3 +143,21 @@ def test_checkpoint_points_get_the_folder(tiny_model_dir, tmp_path):
     resumed.train(resume_from_checkpoint=True)
     assert loaded == saved
     assert resumed.state.global_step == 2
+
+
+def test_with_dynamic_sampling_each_round_gets_the_rewards_point_and_the_sampling_signal(tiny_model_dir, tmp_path):
+    # split_reward makes every group uniform: round 1 (train 0 or train 1), one top-up round of the other prompt, then
+    # no fresh prompt is left, and the fallback fills the batch
+    train, _ = _datasets()
+    args = tiny_grpo_config(tmp_path / "out", dynamic_sampling=True)
+    trainer = Recorder(model=tiny_model_dir, reward_funcs=split_reward, args=args, train_dataset=train)
+    trainer.train()
+    round_points = [("_after_rewards", "train"), ("_sampling_signal", "train")]
+    assert _points(trainer.events) == [
+        ("_before_generation", "train"), *round_points, *round_points, ("_after_scoring", "train"),
+        ("_after_monitors", "train"),
+    ]  # fmt: skip
+    for name, _, details in trainer.events:
+        if name == "_sampling_signal":  # this process's rows of the round, with the rewards point's column
+            assert details["rewards"] == (4, 1) and details["scorable"] == (4,)
+            assert {COLUMN, "advantages", "completion_mask"} <= details["keys"]

@@ -16,12 +16,14 @@ closed form (`pacs.loss.pacs_coefficients`). So:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import torch
 
 from ._compat import MULTIMODAL_KEYS
+from .grpo.rows import move_rows, pad_value
 from .grpo.terms import loss_mask
 from .loss import pacs_coefficients
 
@@ -43,8 +45,8 @@ def split_layout(
       number of groups: the rows stay where they were generated.
     - `"exchange"`: only the step over all processes holds whole groups (`world_size * per_device_batch * grad_accum`
       rows, e.g. 8 GPUs with one row each and groups of 8, several optimizer steps per generation): after each
-      generation the rows are redistributed once (one all-gather of the generation batch) so that every process holds
-      its share of every step's groups.
+      generation the rows are redistributed once (`pacs.grpo.rows.move_rows`: each process receives its own) so that
+      every process holds its share of every step's groups.
 
     >>> split_layout(1, 8, 32, 1, 8)  # one GPU, 8 micro-batches of 1 per optimizer step, 4 steps per generation
     'local'
@@ -92,8 +94,8 @@ def exchange_order(rows_per_process: int, world_size: int, rows_per_step: int, n
 def exchange_rows(output: dict, accelerator, pad_token_id: int, rows_per_step: int, num_generations: int) -> dict:
     """Redistribute the generation batch over processes so that each optimizer step holds whole groups.
 
-    One all-gather of the batch (its token ids, masks and per-token log-probabilities), then each process keeps its
-    rows of `exchange_order`; tensors are padded to the widest process first (prompts on the left).
+    Each process's rows move to their places in `exchange_order` (`pacs.grpo.rows.move_rows`: its token ids, masks and
+    per-token log-probabilities, padded to the widest process, prompts on the left).
     """
     unsupported = [key for key in MULTIMODAL_KEYS if output.get(key) is not None]
     if unsupported:
@@ -102,19 +104,15 @@ def exchange_rows(output: dict, accelerator, pad_token_id: int, rows_per_step: i
             "gradient_accumulation_steps that makes per_device_train_batch_size x gradient_accumulation_steps a "
             "multiple of num_generations."
         )
-    n = output["prompt_ids"].size(0)
-    order = exchange_order(n, accelerator.num_processes, rows_per_step, num_generations)
-    mine = order[accelerator.process_index].to(output["prompt_ids"].device)  # (n,)
-    exchanged = {}
-    for key, value in output.items():
-        if not (isinstance(value, torch.Tensor) and value.dim() >= 1 and value.size(0) == n):
-            exchanged[key] = value  # scalars (num_items_in_batch) and the like
-            continue
-        if value.dim() >= 2:
-            pad = pad_token_id if key.endswith("_ids") else (1 if key == "tool_mask" else 0)
-            value = accelerator.pad_across_processes(value, dim=1, pad_index=pad, pad_first=key.startswith("prompt"))
-        exchanged[key] = accelerator.gather(value)[mine]
-    return exchanged
+    n, W, p = output["prompt_ids"].size(0), accelerator.num_processes, accelerator.process_index
+    order = exchange_order(n, W, rows_per_step, num_generations).flatten()  # (W*n,) global row at each new position
+    target = torch.empty_like(order)
+    target[order] = torch.arange(order.numel())  # each global row's new position
+    device = output["prompt_ids"].device
+    rows = {k: v for k, v in output.items() if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.size(0) == n}
+    pad = functools.partial(pad_value, pad_token_id=pad_token_id)
+    moved = move_rows([rows], target[p * n : (p + 1) * n].to(device), n, p, accelerator.gather, pad)
+    return {key: moved.get(key, value) for key, value in output.items()}  # scalars (num_items_in_batch) stay
 
 
 def _whole_groups(gather, rows: dict[str, torch.Tensor], num_generations: int) -> dict[str, torch.Tensor]:

@@ -146,11 +146,15 @@ class PACSTrainer(GRPOLossTerms, HardenedGRPOTrainer):
         self._record(mode, {"pacs/rollout_label_mean": mean.item(), "pacs/rollout_label_std": std.item()})
         return {**columns, "pacs_labels": labels, "pacs_scorable": scorable.float()}  # (B_glob,)
 
-    def _sampling_signal(self, rewards_per_func, scorable, columns):
-        # dynamic sampling's "uniform" for PACS: equal labels (the loss's targets), unless a reward function is named
+    def _sampling_signal(self, output, rewards_per_func, scorable):
+        # dynamic sampling's "uniform" for PACS: equal labels (the loss's targets; a named reward function's score
+        # instead where one is named) over the rows the PACS loss counts: a weight > 0 (`_sample_weight`: scored, a
+        # non-empty loss mask, vLLM's sequence-level importance weight not 0), as `pacs.loss.mixed_group_mask` decides
+        values, valid = super()._sampling_signal(output, rewards_per_func, scorable)
         if self.args.dynamic_sampling_metric == "reward":
-            return columns["pacs_labels"], scorable
-        return super()._sampling_signal(rewards_per_func, scorable, columns)
+            values = output["pacs_labels"]
+        counted = self._sample_weight(output, loss_mask(output), torch.float32) > 0  # (n,)
+        return values, valid & counted
 
     def _after_scoring(self, output: dict, mode: str) -> dict:
         output = super()._after_scoring(output, mode)

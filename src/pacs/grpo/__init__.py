@@ -4,7 +4,8 @@ checkpoints and a drift-free vLLM LoRA push; nothing of PACS (`PACSTrainer` is b
 >>> from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
 
 Rooms: `checks` (before work), `guards` (while it runs), `checkpoints` (files), `resume` (how a run resumes, decided
-once), `sampler` (TRL's prompt order in every epoch, also after a resume), `dynamic_sampling` (generation batches of groups whose rewards differ), `metrics` (the batch's reward
+once), `sampler` (TRL's prompt order in every epoch, also after a resume), `dynamic_sampling` (generation batches of groups whose rewards differ), `rows` (moving rows between
+processes), `metrics` (the batch's reward
 sparsity), `vllm_sync` (vLLM: the LoRA push, the stale-weights monitor, the importance-sampling metrics), `terms`
 (pieces of GRPO's `_compute_loss` the layer needs), `packing` (sequence packing, pure torch), `padding_free`
 (packed forwards through TRL's fused LM head) and `balance` (an optimizer step's rows regrouped by tokens), `model_checks` (the model argument, before anything loads), `config` and `trainer` (the

@@ -121,8 +121,12 @@ OVERRIDDEN = (  # HardenedGRPOTrainer's, each in one class (tests/test_grpo_trai
     "_issue_warnings_after_load",
     "_get_per_token_logps_and_entropies",  # padded (GRPOTrainer's) or packed (`padding_free`)
 )
-USED = ("_get_output_dir", "_load_from_checkpoint")
-STATE = ("_step", "_buffered_inputs", "_metrics", "_tokenizer", "current_gradient_accumulation_steps")
+USED = (
+    "_get_output_dir",
+    "_load_from_checkpoint",
+    "_remove_unused_columns",  # transformers' `Trainer`: the columns dynamic sampling's top-up rows keep
+)
+STATE = ("_step", "_buffered_inputs", "_metrics", "_logs", "_tokenizer", "current_gradient_accumulation_steps")
 CLASS_STATE = ("_name",)
 EPOCH_START = "_init_training_state"
 """transformers' `Trainer` method that restores the trainer state and counts the epochs a resumed checkpoint trained

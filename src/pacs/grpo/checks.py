@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "check_dynamic_sampling",
     "check_eval_batch",
+    "check_importance_sampling",
     "check_model_folder",
     "check_model_path",
     "check_padding_free",
@@ -184,7 +185,9 @@ def check_trainer_datasets(trainer_kwargs: Mapping[str, Any], reward_funcs, args
     datasets), named in the message as the user passed it, with the trainer's `rollout_func` and `environment_factory`;
     and [`check_dynamic_sampling`] on the training set.
     """
-    check_dynamic_sampling(args, trainer_kwargs.get("train_dataset"), reward_funcs)
+    check_dynamic_sampling(
+        args, trainer_kwargs.get("train_dataset"), reward_funcs, trainer_kwargs.get("environment_factory")
+    )
     for name in ("train_dataset", "eval_dataset"):
         data = trainer_kwargs.get(name)
         for key, dataset in data.items() if isinstance(data, dict) else [(None, data)]:
@@ -442,13 +445,28 @@ def check_padding_free(model, args) -> None:
         )
 
 
-def check_dynamic_sampling(args, train_dataset, reward_funcs) -> None:
-    """With `args.dynamic_sampling`: the top-ups need a map-style training set (the layer draws rows by index), and a
-    `dynamic_sampling_metric` other than "reward" must name a reward function (TRL's `reward_func_names`: a function's
-    `__name__`, a reward model's name after its last `/`). Raises `ValueError` naming the fix, before the model loads.
+def check_dynamic_sampling(args, train_dataset, reward_funcs, environment_factory=None) -> None:
+    """With `args.dynamic_sampling`: the top-ups need a map-style training set (the layer draws rows by index) of text
+    prompts (a top-up batch is assembled from per-row tensors: image columns cannot be), an `environment_factory` needs
+    a training set whose rows the top-ups draw (TRL's stand-in without one repeats a single prompt: nothing fresh to
+    draw), and a `dynamic_sampling_metric` other than "reward" must name a reward function (TRL's `reward_func_names`:
+    a function's `__name__`, a reward model's name after its last `/`). Raises `ValueError` naming the fix, before the
+    model loads.
     """
     if not getattr(args, "dynamic_sampling", False):
         return
+    if train_dataset is None and environment_factory is not None:
+        raise ValueError(
+            "dynamic_sampling tops a generation batch up with fresh rows of train_dataset, but this environment_factory "
+            "has none (TRL then repeats one placeholder prompt); pass train_dataset with one row per episode (e.g. a "
+            "`seed` or `level` column that reset() reads), or turn dynamic_sampling off."
+        )
+    images = [c for c in ("image", "images") if c in (getattr(train_dataset, "column_names", None) or [])]
+    if images:
+        raise ValueError(
+            f"dynamic_sampling assembles batches from per-row tensors, which image inputs are not (train_dataset has "
+            f"the column {images[0]!r}); turn dynamic_sampling off for multimodal data."
+        )
     if train_dataset is not None and (_is_iterable_dataset(train_dataset) or not hasattr(train_dataset, "__len__")):
         raise ValueError(
             f"dynamic_sampling draws its top-up prompts by index, so train_dataset must be a map-style dataset (a "
@@ -465,6 +483,32 @@ def check_dynamic_sampling(args, train_dataset, reward_funcs) -> None:
             f"dynamic_sampling_metric={metric!r} is neither 'reward' (the weighted reward sum) nor the name of a "
             f"reward function; the reward functions are {names}."
         )
+
+
+def check_importance_sampling(args) -> None:
+    """TRL's vLLM importance-sampling correction (`vllm_importance_sampling_correction`, on by default) compares the
+    trainer's log-probs with vLLM's; under truncated sampling (`top_p < 1`, `top_k > 0`, `min_p > 0`, in the config or
+    in `generation_kwargs`) vLLM's are those of the truncated distribution, so the ratio is biased
+    (https://github.com/huggingface/trl/issues/6789, open). Warns naming the settings and the ways out."""
+    if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_importance_sampling_correction", False)):
+        return
+    settings = {"top_p": args.top_p, "top_k": args.top_k, "min_p": args.min_p, **(args.generation_kwargs or {})}
+    truncating = [
+        f"{key}={value}"
+        for key, value, active in (
+            ("top_p", settings.get("top_p"), lambda v: v < 1),
+            ("top_k", settings.get("top_k"), lambda v: v > 0),
+            ("min_p", settings.get("min_p"), lambda v: v > 0),
+        )
+        if value is not None and active(value)
+    ]
+    if truncating:
+        logger.warning(
+            "Sampling with %s truncates the distribution vLLM samples from, so TRL's vLLM importance-sampling ratio "
+            "(vllm_importance_sampling_correction, on) compares the trainer's full-distribution log-probs with the "
+            "truncated ones and is biased (TRL issue #6789). Sample with top_p=1, top_k=0 and min_p=0 (the recipes "
+            "do), or set vllm_importance_sampling_correction=False.", ", ".join(truncating),
+        )  # fmt: skip
 
 
 def check_eval_batch(per_device_eval_batch_size: int, world_size: int, num_generations_eval: int) -> None:

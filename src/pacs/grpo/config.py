@@ -42,12 +42,15 @@ class HardenedGRPOConfig(GRPOConfig):
             `multi_objective_aggregation="sum_then_normalize"` (advantages within each group).
         dynamic_sampling_max_rounds (`int`, *optional*, defaults to `10`):
             With `dynamic_sampling`: the most generation rounds per generation batch, the first included (verl's
-            `max_num_gen_batches`, whose default is also 10); each round generates a whole generation batch, so this
-            bounds the generation per optimizer step. `1` generates no top-ups.
+            `max_num_gen_batches`, whose default 0 means no limit; 10 is its DAPO scripts' setting; NeMo RL's
+            `dynamic_sampling_max_gen_batches` is 10 and raises when reached, where this fills the batch with uniform
+            groups); each round generates a whole generation batch, so this bounds the generation per optimizer step.
+            `1` generates no top-ups.
         dynamic_sampling_metric (`str`, *optional*, defaults to `"reward"`):
             With `dynamic_sampling`: what must differ within a group. `"reward"`: each completion's
             `reward_weights`-weighted sum of the reward functions (for PACS: its label), compared over the group's
-            scored completions (unscored ones left out; fewer than two scored: uniform); or the name of one reward
+            completions that count (GRPO: the scored ones, as TRL's advantages; PACS: those its loss counts, so not a
+            completion masked out by `mask_truncated_completions`; fewer than two: uniform); or the name of one reward
             function (e.g. an accuracy reward beside a format reward, as verl's `metric: acc`).
         padding_free (`bool`, *optional*, defaults to `False`):
             Pack each micro-batch's sequences (prompt + completion, pads removed) into one or a few rows with positions
@@ -100,7 +103,8 @@ class HardenedGRPOConfig(GRPOConfig):
         default=10,
         metadata={
             "help": "With dynamic_sampling: the most generation rounds per generation batch, the first included "
-            "(verl max_num_gen_batches); then uniform groups fill the batch. 1 generates no top-ups."
+            "(verl max_num_gen_batches, whose default 0 is no limit; its DAPO scripts use 10); then uniform groups "
+            "fill the batch. 1 generates no top-ups."
         },
     )
     dynamic_sampling_metric: str = field(

@@ -11,8 +11,10 @@ is. On top of `GRPOTrainer`, unchanged in its loss, generation and logging:
   TRL's prompt order in every epoch after a resume (`pacs.grpo.sampler`).
 - **vLLM** (`pacs.grpo.vllm_sync`): the drift-free LoRA push, the stale-weights monitor, `pacs/is_*` metrics;
   **mixture-of-experts generation** without router logits (`_compat.no_router_logits`).
-- **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling`): generation batches of groups whose rewards
-  differ, topped up with rounds of fresh prompts; `_per_token_logps` / `_logps_without_grad`: a batch's log-probs.
+- **Dynamic sampling** (`dynamic_sampling`, `pacs.grpo.dynamic_sampling.DynamicSampling`, which the layer holds):
+  generation batches of groups whose rewards differ, topped up with rounds of fresh prompts, with the old and
+  reference log-probs and the counters of the batch that trains; `_per_token_logps` / `_logps_without_grad`: a batch's
+  log-probs.
 - **Padding-free forwards** (`padding_free`, `pacs.grpo.padding_free`): every forward packs its rows' real tokens,
   checked on first use against the rows forwarded one by one; `pacs/real_token_frac` shows the waste, on or off.
 - **Rows balanced by tokens** (with `padding_free`, `pacs.grpo.balance`): each optimizer step's rows regrouped over its
@@ -30,7 +32,8 @@ its config belongs to the config: its `__post_init__` checks it). In this order,
    `(B_global, F)` rewards and which completions any function scored, before TRL turns them into advantages; returns
    per-row columns `{name: (B_global, ...) tensor}`, which this layer slices to the process's rows (TRL's slice) and
    attaches to the batch (PACS: the labels); with dynamic sampling it runs once per generation round, and
-   `_sampling_signal(rewards_per_func, scorable, columns)` then says what must differ within a group (PACS: labels);
+   `_sampling_signal(output, rewards_per_func, scorable)` then says, for the round's rows on this process, what must
+   differ within a group and which rows count (PACS: the labels, over the rows its loss counts);
 3. `_after_scoring(output, mode) -> output`: the batch as TRL generated and scored it (with dynamic sampling, as
    assembled from its rounds), with those columns, before this layer's monitors read it (PACS: pi_ref's log-probs and
    the rows' numbers, which ride with the batch);
@@ -80,6 +83,7 @@ from .checkpoints import (
 )
 from .checks import (
     check_eval_batch,
+    check_importance_sampling,
     check_model_path,
     check_padding_free,
     check_trainer_args,
@@ -141,6 +145,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
         args = check_trainer_args(model, args, self._config_class, type(self).__name__, self._name)
         check_trainer_datasets(kwargs, reward_funcs, args)  # before the model loads or anything is generated
         check_padding_free(model, args)
+        check_importance_sampling(args)  # TRL #6789: a warning
         super().__init__(model, reward_funcs, args=args, **kwargs)
         if args.padding_free and args.padding_free_max_tokens_per_row is not None and self.aux_loss_enabled:
             raise ValueError(
@@ -156,9 +161,12 @@ class HardenedGRPOTrainer(GRPOTrainer):
         self._resume: Resume | None = None  # the resume decision `train` read (`pacs.grpo.resume`)
         self._final_weights_loaded = False  # the run was finished, and `train` loaded its weights into the model
         self._batch_mode: str | None = None  # the mode of the generation batch being made
-        self._batch_columns: dict[str, torch.Tensor] = {}  # `_after_rewards`' columns, until the batch is assembled
-        self._rounds: list[ds.Round] | None = None  # dynamic sampling: the rounds of the batch being made
-        self._topup = ds.TopUpStream(seed=args.seed)  # dynamic sampling: where top-up prompts come from
+        # what `_calculate_rewards` scored inside TRL's generation call, until `_generate_round` returns it
+        self._round_scores: tuple[torch.Tensor, torch.Tensor, dict] | None = None
+        self._dynamic_sampling = ds.DynamicSampling(
+            args.seed, args.shuffle_dataset, self.num_generations, args.dynamic_sampling_max_rounds
+        )  # its stream, rounds, assembly, metrics and checkpoint file
+        self._topup_view = None  # the training set as the Trainer's dataloader shows it (`remove_unused_columns`)
         self._train_sampler: EpochRepeatSampler | None = None  # TRL's order in every epoch (`pacs.grpo.sampler`)
         # the run identity its checkpoints record (`pacs.grpo.checkpoints.run_identity`): the model as it was given
         self._model_id = model if isinstance(model, str) else getattr(self.model.config, "_name_or_path", "")
@@ -239,24 +247,23 @@ class HardenedGRPOTrainer(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_glob, F)
         mode = self._batch_mode or self._mode
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # (B_glob,), gathered: every process stops together
-        rounds = self._rounds  # dynamic sampling: this batch's rounds so far, else None
-        if rounds is None:
+        if not (mode == "train" and self.args.dynamic_sampling):  # dynamic sampling counts its batch's rounds at once
             self._unlabeled_batches.update(int(scorable.sum()), scorable.numel(), mode)
         # all-wrong / all-right groups: the batch's reward sparsity, which TRL's frac_reward_zero_std does not separate
         rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)  # (B_glob,)
         G = self.num_generations if mode == "train" else self.num_generations_eval
         self._record(mode, group_outcome_shares(rewards, scorable, G))
-        self._batch_columns = self._after_rewards(rewards_per_func, scorable, mode)
-        if rounds is not None:  # what decides "uniform" (`dynamic_sampling_metric`), gathered: every process agrees
-            values, valid = self._sampling_signal(rewards_per_func, scorable, self._batch_columns)
-            rounds.append(ds.Round(ds.uniform_signal(values, valid, G), int(scorable.sum()), scorable.numel()))
+        # TRL calls this inside its generation: `_generate_round` takes what was scored when that call returns
+        self._round_scores = (rewards_per_func, scorable, self._after_rewards(rewards_per_func, scorable, mode))
         return rewards_per_func
 
-    def _sampling_signal(self, rewards_per_func, scorable, columns) -> tuple[torch.Tensor, torch.Tensor]:
-        """With `dynamic_sampling`: each completion's value `(B_glob,)` that must differ within a group, and which
-        completions count `(B_glob,)` bool: `dynamic_sampling_metric` "reward", the weighted reward sum over the scored
-        completions, or one reward function's score where it gave one. `columns`: `_after_rewards`' (PACS reads its
-        labels there)."""
+    def _sampling_signal(self, output, rewards_per_func, scorable) -> tuple[torch.Tensor, torch.Tensor]:
+        """With `dynamic_sampling`, for one round: each completion's value `(n,)` that must differ within a group, and
+        which completions count `(n,)` bool, for this process's rows: `output` (the round's batch, with
+        `_after_rewards`' columns), `rewards_per_func` `(n, F)` and `scorable` `(n,)` (NaN / False where no function
+        scored). Here as TRL computes advantages: `dynamic_sampling_metric` "reward", the weighted reward sum over the
+        scored completions, or one reward function's score where it gave one. The layer gathers them: a group is
+        uniform when its counted values are equal (`pacs.grpo.dynamic_sampling.uniform_signal`)."""
         metric = self.args.dynamic_sampling_metric
         if metric == "reward":
             weights = self.reward_weights.to(rewards_per_func.device)
@@ -265,75 +272,131 @@ class HardenedGRPOTrainer(GRPOTrainer):
         return values, ~torch.isnan(values)
 
     def _generate_and_score_completions(self, inputs):
+        # 1. the batch: TRL's generation and scoring (with dynamic sampling, its rounds and their assembly)
         mode = self._batch_mode = self._mode  # once, at the batch's start (see the module docstring)
-        self._batch_columns = {}
         try:
             self._before_generation(mode)
             if mode == "train" and self.args.dynamic_sampling:
-                output = self._generate_rounds(inputs)
+                output = self._dynamically_sampled(inputs)
             else:
-                output = self._generate_round(inputs)
+                output = self._generate_round(inputs, mode)[0]
         finally:
-            self._batch_mode, self._rounds = None, None
+            self._batch_mode = None
+        # 2. the points after scoring, the monitors (vLLM's sampling log-probs vs the trainer's: `pacs.grpo.vllm_sync`)
         output = self._after_scoring(output, mode)
-        # vLLM's sampling log-probs vs the trainer's: stale weights show (`pacs.grpo.vllm_sync`)
         self._record(mode, self._sampling_monitor(self, output, mode))
         output = self._after_monitors(output, mode)
         self._record(mode, importance_sampling_metrics(output, self.accelerator.gather))  # vLLM's correction
         return output
 
-    def _generate_round(self, inputs) -> dict:
-        # TRL's generation and scoring of `inputs` (this process's rows), with `_after_rewards`' columns attached
+    def _generate_round(self, inputs, mode: str) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """TRL's generation and scoring of `inputs` (this process's rows): the batch, with `_after_rewards`' columns
+        attached (this process's slice), and what the reward functions gave, `(B_glob, F)` and `(B_glob,)`."""
+        self._round_scores = None
         output = super()._generate_and_score_completions(inputs)
-        columns, self._batch_columns = self._batch_columns, {}
+        rewards_per_func, scorable, columns = self._round_scores
+        self._round_scores = None
         n = output["prompt_ids"].size(0)  # this process's rows: TRL's slice of the gathered batch
         start = self.accelerator.process_index * n
         for key, column in columns.items():
             output[key] = column[start : start + n]
+        return output, rewards_per_func, scorable
+
+    # dynamic sampling (`pacs.grpo.dynamic_sampling`) ----------------------------------------------------------------
+    def _dynamically_sampled(self, inputs) -> dict:
+        """This process's rows of a dynamically sampled generation batch: round after round until enough groups differ
+        or `dynamic_sampling_max_rounds` is reached, assembled; its counters and log-probs those of the rows it
+        holds. One round whose groups all differ is the batch as TRL generated it."""
+        accelerator, args = self.accelerator, self.args
+        if self._topup_view is None:  # the columns the Trainer's dataloader keeps, so top-ups see what round 1 sees
+            import datasets
+
+            data = self.train_dataset
+            is_table = isinstance(data, datasets.Dataset)  # the Trainer strips only these (`Trainer._get_dataloader`)
+            self._topup_view = self._remove_unused_columns(data, description="dynamic sampling") if is_table else data
+        seen_tokens = self.state.num_input_tokens_seen
+        sampled = self._dynamic_sampling.generate(
+            inputs, self._sampled_round, self._topup_view, accelerator.process_index, accelerator.num_processes,
+            accelerator.gather, gather_object, self._tokenizer.pad_token_id,
+        )  # fmt: skip
+        rounds, output = sampled.rounds, sampled.output
+        self._unlabeled_batches.update(sum(r.scored for r in rounds), sum(r.total for r in rounds), "train")
+        if len(rounds) > 1 or not sampled.as_generated:  # TRL counted every round's tokens: the batch's instead
+            tokens = ds.token_count(output, accelerator.gather, args.max_completion_length)
+            self.state.num_input_tokens_seen = seen_tokens + tokens
+            self._metrics["train"]["num_tokens"] = [self.state.num_input_tokens_seen]
+        output = self._batch_logps(output, sampled.as_generated)
+        table = sampled.table(self.num_generations)
+        if table is not None:  # the completions table: the rows trained on (TRL's holds the last round's)
+            for (group, name), values in table.items():
+                column = self._logs[group] if name is None else self._logs[group][name]
+                column.clear()
+                column.extend(values)
+        metrics = self._dynamic_sampling.metrics(sampled)
+        self._metrics["train"]["pacs/ds/generated_completions"] = [metrics.pop("pacs/ds/generated_completions")]
+        self._record("train", metrics)
         return output
 
-    def _generate_rounds(self, inputs) -> dict:
-        """Dynamic sampling (`pacs.grpo.dynamic_sampling`): round after round until enough groups differ or
-        `dynamic_sampling_max_rounds` is reached, then this process's rows of the assembled batch. One round whose
-        groups all differ is returned as it was generated."""
-        args, accelerator, G = self.args, self.accelerator, self.num_generations
-        n, W, p = len(inputs), accelerator.num_processes, accelerator.process_index
-        needed = n * W // G  # groups in a generation batch
-        seen_tokens = self.state.num_input_tokens_seen
-        self._rounds = rounds = []
-        batches = [self._generate_round(inputs)]
-        used = None  # the prompts of this generation batch (keys), gathered from every process on the first top-up
-        while sum(int((~r.uniform).sum()) for r in rounds) < needed and len(rounds) < args.dynamic_sampling_max_rounds:
-            if used is None:
-                used = set(gather_object([ds.prompt_key(row) for row in inputs]))
-            topup = self._topup.topup(self.train_dataset, needed, G, p, n, used)
-            if topup is None:  # fewer fresh prompts in the data than a round needs: the fallback fills the batch
-                if accelerator.is_main_process:
-                    logger.warning(
-                        "Dynamic sampling: the training set has fewer than %d prompts not yet in this generation "
-                        "batch, so no further round is generated.", needed,
-                    )  # fmt: skip
-                break
-            batches.append(self._generate_round(topup))
-        picks, fallback = ds.select_groups([~r.uniform for r in rounds], needed)
-        self._unlabeled_batches.update(sum(r.scored for r in rounds), sum(r.total for r in rounds), "train")
-        self._topup.generated_completions += len(rounds) * needed * G
-        if picks == [(0, g) for g in range(needed)]:
-            output = batches[0]  # every group of the first round differs: the batch as TRL made it
-        else:
-            pad_id = self._tokenizer.pad_token_id
-            output = ds.assemble_batch(batches, picks, G, p, accelerator.gather, pad_id)
-            tokens = ds.token_count(output, accelerator.gather, args.max_completion_length)
-            self.state.num_input_tokens_seen = seen_tokens + tokens  # TRL counted every round's
-            self._metrics["train"]["num_tokens"] = [self.state.num_input_tokens_seen]
-        if fallback and accelerator.is_main_process:
-            logger.warning(
-                "Dynamic sampling: %d round(s) found %d of the %d groups needed whose rewards differ; %d uniform "
-                "group(s) fill the batch (pacs/ds/fallback_groups). Raise dynamic_sampling_max_rounds, use easier "
-                "prompts or a larger num_generations.", len(rounds), needed - fallback, needed, fallback,
-            )  # fmt: skip
-        self._record("train", ds.batch_metrics(rounds, needed, fallback))
-        self._metrics["train"]["pacs/ds/generated_completions"] = [self._topup.generated_completions]
+    def _sampled_round(self, rows: list[dict]) -> tuple[dict, ds.Round]:
+        # one round of a dynamically sampled batch: TRL's generation and scoring without the old and reference
+        # log-probs TRL would compute of every row (`_batch_logps` computes them of the batch's rows), and which
+        # groups are uniform by `_sampling_signal`, gathered so that every process agrees
+        with self._round_without_logps():
+            output, rewards_per_func, scorable = self._generate_round(rows, "train")
+        n = output["prompt_ids"].size(0)
+        start = self.accelerator.process_index * n
+        mine = slice(start, start + n)
+        values, valid = self._sampling_signal(output, rewards_per_func[mine], scorable[mine])  # (n,), (n,)
+        both = self.accelerator.gather(torch.stack([values.float(), valid.float()], dim=1))  # (B_glob, 2)
+        uniform = ds.uniform_signal(both[:, 0], both[:, 1] > 0, self.num_generations)  # (groups,)
+        return output, ds.Round(uniform.cpu(), int(scorable.sum()), scorable.numel(), self._round_table())
+
+    def _round_table(self) -> dict:
+        # TRL's completions table of the round just generated: `_logs`' columns, each a deque of the last
+        # generation_batch_size rows, keyed (column, None) or, for the per-function ones, (column, name)
+        B, logs, table = self.args.generation_batch_size, self._logs, {}
+        for group in ("prompt", "completion", "advantages", "images"):
+            if len(logs[group]) == B:
+                table[(group, None)] = list(logs[group])
+        for group in ("rewards", "extra"):
+            for name, values in logs[group].items():
+                if len(values) == B:
+                    table[(group, name)] = list(values)
+        return table
+
+    @contextlib.contextmanager
+    def _round_without_logps(self):
+        # TRL 1.16's `_generate_and_score_completions` computes the reference log-probs when `self.beta != 0`, and the
+        # old ones (first) when its steps are misaligned or vLLM's importance sampling needs them: the ratio of that
+        # round is computed there, so those stay; every other forward is left to the assembled batch
+        beta, keep_old = self.beta, self.use_vllm and self.vllm_importance_sampling_correction
+        self.beta = 0.0
+        if not keep_old:
+            self._get_per_token_logps_and_entropies = lambda *args, **kwargs: (None, None, None)
+        try:
+            yield
+        finally:
+            self.beta = beta
+            self.__dict__.pop("_get_per_token_logps_and_entropies", None)
+
+    def _batch_logps(self, output: dict, as_generated: bool) -> dict:
+        """The old and reference log-probs TRL attaches (`old_per_token_logps`, `ref_per_token_logps`), of the
+        assembled batch on its own layout: at unchanged weights they equal the policy's own in the loss."""
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        vllm_is = self.use_vllm and self.vllm_importance_sampling_correction
+        batch_size = self.args.per_device_train_batch_size
+        if self.args.gradient_accumulation_steps % generate_every != 0 or vllm_is:  # TRL's rule for old log-probs
+            if not (as_generated and "old_per_token_logps" in output):
+                output["old_per_token_logps"] = self._logps_without_grad(self.model, output, batch_size)
+        if self.beta != 0.0:
+            if self.ref_model is not None:
+                output["ref_per_token_logps"] = self._logps_without_grad(self.ref_model, output, batch_size)
+            else:  # PEFT: the base model (adapters off), or the adapter "ref" when one is loaded, as TRL
+                from trl.trainer.utils import use_adapter
+
+                model = self.accelerator.unwrap_model(self.model)
+                with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                    output["ref_per_token_logps"] = self._logps_without_grad(self.model, output, batch_size)
         return output
 
     # checkpoints (`pacs.grpo.checkpoints`) ---------------------------------------------------------------------------
@@ -434,7 +497,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
             self.args.save_total_limit = limit
         self._save_extra_state(folder)
         if self.args.dynamic_sampling and self.args.should_save:  # the same on every process: one file
-            self._topup.save(folder)
+            self._dynamic_sampling.save(folder)
         sync_own_files(folder)  # each process (each machine) flushes what it wrote before anyone vouches for it
         self.accelerator.wait_for_everyone()
         if self.args.should_save:  # every process has closed its files: sync them, then the marker with their sizes
@@ -470,7 +533,7 @@ class HardenedGRPOTrainer(GRPOTrainer):
             return
         self._load_extra_state(checkpoint)
         if self.args.dynamic_sampling:
-            self._topup.load(checkpoint)
+            self._dynamic_sampling.load(checkpoint)
         rollout = load_rollout(
             checkpoint, self.accelerator.process_index, self.accelerator.num_processes, self.accelerator.device
         )
