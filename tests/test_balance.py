@@ -221,7 +221,7 @@ def test_zero3_on_two_processes_balanced_matches_the_padded_run(tiny_model_dir, 
     # number of forwards and the same shapes on both, the step's gradient unchanged
     import json
 
-    from pacs.testing import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
+    from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
 
     (tmp_path / "zero3_cpu.yaml").write_text(ZERO3_CPU_ACCELERATE_CONFIG)
     script = Path(__file__).parent / "scripts" / "train_tiny.py"
