@@ -16,11 +16,12 @@ Arms, each the step's forward + backward of a token-mean policy-gradient loss wi
   longest prompt plus its longest completion), micro-batches sliced from it, each forwarded with its attention mask
   (`GRPOTrainer._get_per_token_logps_and_entropies`' call);
 - `trimmed`: each micro-batch cut to its own longest prompt and completion, then as `padded`;
-- `packed`: each micro-batch's real tokens in one row (`pacs.grpo.padding_free.packed_logps_and_entropies`, what the
-  layer's `padding_free=True` runs), positions restarting per sequence, no mask;
-- `packed_budget`: `packed` with a token budget per packed row (`padding_free_max_tokens_per_row`, `--row-budget`,
-  by default twice the longest possible sequence): on sdpa / eager transformers builds a dense mask, and computes
-  attention, over each packed row's length squared, which the budget bounds;
+- `packed`: what the layer's `padding_free=True` runs on sdpa (`pacs.grpo.padding_free.packed_logps_and_entropies`
+  with its default row budget, `row_budget`): each micro-batch's real tokens in rows no longer than its longest
+  sequence (first fit decreasing), positions restarting per sequence, no mask;
+- `packed_one_row`: each micro-batch's real tokens in one row (the default on flash-attention, which attends within
+  each sequence; on sdpa / eager transformers builds a dense mask, and computes attention, over the whole row's
+  length squared, which is what this arm shows);
 - `balanced`: `packed` after the step's rows are regrouped by tokens (`pacs.grpo.balance.balance_micro_batches`).
 
 Distributions of (prompt, completion) lengths, groups of `G` rows sharing a prompt:
@@ -56,8 +57,8 @@ from benchmarks import harness
 
 
 HERE = Path(__file__).resolve().parent
-ARMS = ("padded", "trimmed", "packed", "packed_budget", "balanced")
-PACKED = ("packed", "packed_budget", "balanced")
+ARMS = ("padded", "trimmed", "packed", "packed_one_row", "balanced")
+PACKED = ("packed", "packed_one_row", "balanced")
 DISTRIBUTIONS = ("long_tail", "long_tail_4_steps", "demo", "equal")
 STEPS_PER_GENERATION = {"long_tail_4_steps": 4}  # optimizer steps per generation batch (TRL pads them together)
 MODEL = dict(
@@ -134,7 +135,14 @@ def micro_batches(batch: dict, arm: str, num: int) -> list[dict]:
     return batches
 
 
-def logps(model, batch: dict, arm: str, budget: int | None):
+def _row_budget(arm: str, mask) -> int | None:
+    """The packed arm's token budget per row: the layer's default on sdpa, or one row per micro-batch."""
+    from pacs.grpo.padding_free import row_budget
+
+    return int(mask.numel()) if arm == "packed_one_row" else row_budget(mask, None, varlen=False, aux_loss=False)
+
+
+def logps(model, batch: dict, arm: str):
     """Per-token log-probs `(B, Tc)` of the completion tokens, and the positions the backbone computed."""
     import torch
 
@@ -144,9 +152,8 @@ def logps(model, batch: dict, arm: str, budget: int | None):
     mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
     keep = batch["completion_ids"].size(1)
     if arm in PACKED:
-        per_row = budget if arm == "packed_budget" else None
         out, _, _, positions = packed_logps_and_entropies(
-            model, ids, mask, keep, compute_entropy=True, max_tokens_per_row=per_row
+            model, ids, mask, keep, compute_entropy=True, max_tokens_per_row=_row_budget(arm, mask)
         )
         return out, positions
     labels = ids.masked_fill(mask == 0, -100)
@@ -156,11 +163,11 @@ def logps(model, batch: dict, arm: str, budget: int | None):
     ], ids.numel()
 
 
-def step(model, batches: list[dict], arm: str, total_tokens: int, budget: int | None = None) -> dict:
+def step(model, batches: list[dict], arm: str, total_tokens: int) -> dict:
     """One optimizer step's forward + backward (gradients accumulated into `.grad`)."""
     positions, per_row = 0, {}
     for batch in batches:
-        out, n = logps(model, batch, arm, budget)
+        out, n = logps(model, batch, arm)
         positions += n
         mask = batch["completion_mask"].to(out.dtype)
         loss = -(out * batch["advantages"][:, None] * mask).sum() / total_tokens  # the step's global normaliser
@@ -170,7 +177,7 @@ def step(model, batches: list[dict], arm: str, total_tokens: int, budget: int | 
     return {"positions": positions, "per_row": per_row}
 
 
-def backbone(model, batches: list[dict], arm: str, budget: int | None = None) -> None:
+def backbone(model, batches: list[dict], arm: str) -> None:
     """The model body's forward alone (no LM head), without grad."""
     import torch
 
@@ -181,7 +188,7 @@ def backbone(model, batches: list[dict], arm: str, budget: int | None = None) ->
             ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
             mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
             if arm in PACKED:
-                packed = pack(ids, mask, budget if arm == "packed_budget" else None)
+                packed = pack(ids, mask, _row_budget(arm, mask))
                 model.model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False)
             else:
                 model.model(input_ids=ids, attention_mask=mask, use_cache=False)
@@ -209,7 +216,7 @@ def rss_child(args) -> dict:
     model, batch, _, completions = setup(args, dist)
     batches = micro_batches(batch, arm, args.accumulation)
     base = int(next(ln for ln in open("/proc/self/status") if ln.startswith("VmRSS")).split()[1]) / 1024
-    step(model, batches, arm, sum(completions), args.row_budget)
+    step(model, batches, arm, sum(completions))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return {"baseline_mib": round(base, 1), "peak_mib": round(peak, 1)}
 
@@ -230,7 +237,7 @@ def measure(args, dist: str) -> dict:
     reference, grads = None, {}
     for arm in ARMS:
         model.zero_grad(set_to_none=True)
-        out = step(model, arms[arm], arm, total, args.row_budget)
+        out = step(model, arms[arm], arm, total)
         grads[arm] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         result.setdefault("positions", {})[arm] = out["positions"]
         if reference is None:
@@ -247,8 +254,8 @@ def measure(args, dist: str) -> dict:
         order = ARMS[rep % len(ARMS) :] + ARMS[: rep % len(ARMS)]
         for arm in order:
             model.zero_grad(set_to_none=True)
-            cpu, wall = timed(lambda arm=arm: step(model, arms[arm], arm, total, args.row_budget))
-            b_cpu, b_wall = timed(lambda arm=arm: backbone(model, arms[arm], arm, args.row_budget))
+            cpu, wall = timed(lambda arm=arm: step(model, arms[arm], arm, total))
+            b_cpu, b_wall = timed(lambda arm=arm: backbone(model, arms[arm], arm))
             if rep >= args.warmup:
                 for key, value in zip(times[arm], (cpu, wall, b_cpu, b_wall), strict=True):
                     times[arm][key].append(value)
@@ -273,8 +280,6 @@ def parse(argv):
     parser.add_argument("--accumulation", type=int, default=4, help="micro-batches per optimizer step (GA)")
     parser.add_argument("--group", type=int, default=4, help="rows sharing a prompt (num_generations)")
     parser.add_argument("--max-completion-length", type=int, default=256)
-    parser.add_argument("--row-budget", type=int, default=None, help="packed_budget's padding_free_max_tokens_per_row "
-                        "(default: 2x the longest possible sequence, 128 + max-completion-length)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
@@ -293,10 +298,9 @@ def parse(argv):
     if args.smoke:
         args.micro_batch, args.accumulation, args.max_completion_length = 4, 2, 48
         args.repeats, args.warmup, args.rss = 1, 0, []
-    args.row_budget = args.row_budget or 2 * (128 + args.max_completion_length)
     args.passthrough = [f"--micro-batch={args.micro_batch}", f"--accumulation={args.accumulation}",
                         f"--group={args.group}", f"--max-completion-length={args.max_completion_length}",
-                        f"--seed={args.seed}", f"--threads={args.threads}", f"--row-budget={args.row_budget}"] + (["--smoke"] if args.smoke else [])  # fmt: skip
+                        f"--seed={args.seed}", f"--threads={args.threads}"] + (["--smoke"] if args.smoke else [])  # fmt: skip
     return args
 
 

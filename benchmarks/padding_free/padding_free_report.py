@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 HERE = Path(__file__).resolve().parent
-ARMS = ("padded", "trimmed", "packed", "packed_budget", "balanced")
+ARMS = ("padded", "trimmed", "packed", "packed_one_row", "balanced")
 DESCRIPTION = {
     "long_tail": "long tail: completions log-normal (sigma 1, mean 20% of the maximum before the cap), capped at "
     "max_completion_length; prompts uniform in [32, 128]",
@@ -42,12 +42,12 @@ def verdict(ok: bool) -> str:
 
 
 def targets(results: dict) -> list[str]:
-    """The issue's targets for `packed` (the layer's default, one packed row per micro-batch) and `packed_budget`, at
-    each long-tail distribution measured."""
+    """The issue's targets for `packed` (the layer's default on sdpa: rows no longer than the longest sequence) and
+    `packed_one_row` (flash-attention's layout, on sdpa), at each long-tail distribution measured."""
     lines = []
     tails = [name for name in ("long_tail", "long_tail_4_steps") if name in results]
     equal = results.get("equal")
-    for arm in ("packed", "packed_budget"):
+    for arm in ("packed", "packed_one_row"):
         for name in tails:
             tail = results[name]
             r = statistics.median(ratios(tail["times"], arm, "cpu"))
@@ -119,8 +119,9 @@ def render(raw: dict) -> str:
         "interleaved in a rotating order; forward + backward of the step.",
         "",
         "Arms: `padded` (TRL 1.16: the generation batch padded once, micro-batches sliced), `trimmed` (each micro-batch "
-        "cut to its own widths), `packed` (`padding_free=True`: each micro-batch's real tokens in one row), "
-        f"`packed_budget` (packed rows of at most {s['row_budget']} tokens, `padding_free_max_tokens_per_row`), "
+        "cut to its own widths), `packed` (`padding_free=True` on sdpa: each micro-batch's real tokens in rows no longer "
+        "than its longest sequence, first fit decreasing), `packed_one_row` (each micro-batch's real tokens in one "
+        "row: flash-attention's layout, on sdpa), "
         "`balanced` (packed, rows regrouped by tokens over the step's micro-batches). Token ratio: positions the backbone "
         "computes / padded's. Ratios are per repetition against padded's, CPU time of the process. The backbone-only "
         "ratio is the model body's forward without grad and without the LM head. Δ log p and the gradient: against "

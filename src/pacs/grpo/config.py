@@ -60,11 +60,12 @@ class HardenedGRPOConfig(GRPOConfig):
             flash-attention (`flash_attention_2` / `_3`, given `cu_seq_lens`); refused with vision-language models and
             `use_liger_kernel`. Off: the layer is `GRPOTrainer`'s forward, unchanged.
         padding_free_max_tokens_per_row (`int` or `None`, *optional*, defaults to `None`):
-            With `padding_free`: the most real tokens per packed row (sequences go to rows first fit, a longer one to
-            a row of its own); `None` packs each micro-batch into one row. On `sdpa` / `eager` transformers builds a
-            dense mask of each packed row's length squared, so bound it there (e.g. 2-4x the longest sequence);
-            flash-attention builds no mask and needs none. Not with the MoE load-balancing loss, which would count the
-            rows' filler.
+            With `padding_free`: the most real tokens per packed row (sequences go to rows first fit decreasing, a
+            longer one to a row of its own). `None` chooses: on flash-attention one packed row per micro-batch (varlen
+            attention stays within each sequence); on `sdpa` / `eager`, which attend over each packed row whole
+            through a dense mask of its length squared, rows no longer than the micro-batch's longest sequence, so
+            that packing drops the pad positions without adding attention (`pacs.grpo.padding_free.row_budget`). Not
+            with the MoE load-balancing loss, which would count the rows' filler (it packs one row per micro-batch).
         pacs_max_skipped_steps (`int`, *optional*, defaults to `5`):
             An optimizer step whose gradient norm is not finite is skipped (weights and optimizer states untouched,
             counted in `pacs/skipped_steps`, see `pacs.grpo.guards`); this many skipped in a row stop training with an
@@ -127,9 +128,9 @@ class HardenedGRPOConfig(GRPOConfig):
     padding_free_max_tokens_per_row: int | None = field(
         default=None,
         metadata={
-            "help": "With padding_free: the most real tokens per packed row (None: one row per micro-batch). On sdpa / "
-            "eager the packed row's dense mask grows with its length squared: bound it there; flash-attention needs "
-            "none."
+            "help": "With padding_free: the most real tokens per packed row. None: one row per micro-batch on "
+            "flash-attention; on sdpa / eager (a dense mask of each packed row's length squared) rows no longer than "
+            "the micro-batch's longest sequence."
         },
     )
 

@@ -70,27 +70,29 @@ class Packed:
 
 
 def _first_fit(lengths: list[int], budget: int | None) -> tuple[list[int], list[int]]:
-    """The row of each sequence and each row's used length: first fit in sequence order, a sequence longer than the
-    budget alone in a row of its own. Empty sequences take no room (row 0)."""
-    rows, used = [], []
-    for n in lengths:
+    """The row of each sequence and each row's used length: first fit decreasing (the longest sequence first, ties in
+    sequence order), which leaves less filler than first fit in order; a sequence longer than the budget alone in a
+    row of its own. Empty sequences take no room (row 0)."""
+    rows, used = [0] * len(lengths), []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        n = lengths[i]
         if n == 0:
-            rows.append(0)
             continue
         for r, u in enumerate(used):
             if budget is None or u + n <= budget:
-                rows.append(r)
+                rows[i] = r
                 used[r] += n
                 break
         else:
-            rows.append(len(used))
+            rows[i] = len(used)
             used.append(n)
     return rows, used or [0]
 
 
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, max_tokens_per_row: int | None = None) -> Packed:
     """Pack the real tokens (`attention_mask == 1`, in order) of each row of `input_ids` `(B, T)` into rows of at most
-    `max_tokens_per_row` tokens (first fit in row order; one row when `None`; a longer sequence gets a row of its own).
+    `max_tokens_per_row` tokens (first fit decreasing; one row when `None`; a longer sequence gets a row of its own;
+    the sequences of a row follow each other in batch order).
 
     The row assignment is computed on the host (one device-to-host copy of the `B` lengths), as flash-attention's
     `cu_seq_lens` / `max_length` must be.

@@ -28,7 +28,7 @@ import torch
 from .packing import IGNORE_INDEX, Packed, pack, shift_labels, unpack
 
 
-__all__ = ["VARLEN_ATTENTION", "check_packing", "packed_logps_and_entropies", "PACKED_ATTENTION"]
+__all__ = ["PACKED_ATTENTION", "VARLEN_ATTENTION", "check_packing", "packed_logps_and_entropies", "row_budget"]
 
 VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")
 """Attention implementations that isolate packed sequences given `cu_seq_lens` / `max_length` (transformers'
@@ -67,6 +67,7 @@ def packed_logps_and_entropies(
     `model` carries TRL's fused LM head (`trl.trainer.utils.add_fused_lm_head`, which scales by the temperature); each
     chunk of `batch_size` rows (all when `None`) is packed into rows of at most `max_tokens_per_row` real tokens;
     `varlen` passes `cu_seq_lens` / `max_length` (flash-attention); `autocast` is the trainer's autocast context.
+    `max_tokens_per_row=None` chooses by attention implementation ([`row_budget`]).
     """
     batch_size = batch_size or input_ids.size(0)
     labels = input_ids.masked_fill(attention_mask == 0, IGNORE_INDEX)  # only the completion tokens are scored
@@ -74,7 +75,8 @@ def packed_logps_and_entropies(
     logps, entropies, aux_losses, positions = [], [], [], 0
     for start in range(0, input_ids.size(0), batch_size):
         rows = slice(start, start + batch_size)
-        packed = pack(input_ids[rows], attention_mask[rows], max_tokens_per_row)
+        budget = row_budget(attention_mask[rows], max_tokens_per_row, varlen, compute_aux_loss)
+        packed = pack(input_ids[rows], attention_mask[rows], budget)
         extra = {"output_router_logits": True} if compute_aux_loss else {}
         outputs = _packed_forward(model, packed, labels[rows], varlen, autocast, **extra)
         positions += packed.num_positions
@@ -89,6 +91,29 @@ def packed_logps_and_entropies(
         torch.stack(aux_losses).mean() if compute_aux_loss else None,
         positions,
     )
+
+
+def row_budget(
+    attention_mask: torch.Tensor, max_tokens_per_row: int | None, varlen: bool, aux_loss: bool
+) -> int | None:
+    """The token budget per packed row of a chunk whose padding is `attention_mask` `(b, T)`: `max_tokens_per_row` when
+    set; else none (one packed row) on flash-attention (`varlen`, which attends within each sequence at no extra cost)
+    and with the MoE load-balancing loss (which would count the filler of rows of unequal length); else, on sdpa /
+    eager, the chunk's longest sequence. Those two attend over each packed row whole, through a dense mask of its
+    length squared: rows no longer than the longest sequence keep the mask and the attention within the padded
+    forward's while the pad positions go (one row of 8 equal sequences would cost 8x the padded attention); the rows
+    are filled longest first (`pacs.grpo.packing.pack`), so little filler is left.
+
+    >>> row_budget(torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]), None, varlen=False, aux_loss=False)
+    3
+    >>> row_budget(torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]), None, varlen=True, aux_loss=False) is None
+    True
+    """
+    if max_tokens_per_row is not None:
+        return max_tokens_per_row
+    if varlen or aux_loss:
+        return None
+    return max(int(attention_mask.sum(dim=1).max()), 1)
 
 
 @contextlib.contextmanager

@@ -24,11 +24,14 @@ DENSE_MASK_ATTENTION = ("sdpa", "eager", None)  # None: transformers' default, s
 
 
 def packed_row_tokens(run: Run) -> int:
-    """The longest packed row: a whole micro-batch at the worst case, or the token budget (a sequence longer than the
-    budget gets a row of its own)."""
+    """The longest packed row: the token budget (a sequence longer than the budget gets a row of its own); without one
+    (`pacs.grpo.padding_free.row_budget`), the longest sequence on sdpa / eager and a whole micro-batch at the worst
+    case on flash-attention."""
     worst = run.per_device_train_batch_size * run.seq_tokens
     budget = run.padding_free_max_tokens_per_row
-    return worst if budget is None else max(min(budget, worst), run.seq_tokens)
+    if budget is None:
+        return run.seq_tokens if getattr(run, "attn_implementation", None) in DENSE_MASK_ATTENTION else worst
+    return max(min(budget, worst), run.seq_tokens)
 
 
 def padding_section(plan: Plan, run: Run) -> None:
@@ -51,11 +54,12 @@ def padding_section(plan: Plan, run: Run) -> None:
     attention = run.attn_implementation or "sdpa (transformers' default)"
     L = packed_row_tokens(run)
     budget = run.padding_free_max_tokens_per_row
-    row = (
-        f"{budget:,} tokens at most (padding_free_max_tokens_per_row)"
-        if budget
-        else f"{L:,} tokens at the worst case (one row per micro-batch)"
-    )
+    if budget:
+        row = f"{budget:,} tokens at most (padding_free_max_tokens_per_row)"
+    elif run.attn_implementation in DENSE_MASK_ATTENTION:
+        row = f"{L:,} tokens at most (the micro-batch's longest sequence: no more attention than padded)"
+    else:
+        row = f"{L:,} tokens at the worst case (one row per micro-batch)"
     rows.append(("padding_free", f"on, attention {attention}; packed row {row}"))
     if run.attn_implementation not in DENSE_MASK_ATTENTION:
         rows.append(("packed mask", "none (flash-attention reads cu_seq_lens)"))
@@ -69,10 +73,9 @@ def padding_section(plan: Plan, run: Run) -> None:
         )
     )
     if mask > MASK_WARNING_GIB * GiB:
-        suggested = 2 * S
         plan.warning(
             "padding_free_max_tokens_per_row",
             f"packed rows of up to {L:,} tokens need a {gib(mask)} attention mask on {attention} and attention over "
-            f"{L:,}^2 positions; set padding_free_max_tokens_per_row: {suggested} (twice the longest sequence: a "
-            f"{gib(suggested * suggested)} mask) or attn_implementation: flash_attention_2 (no mask).",
+            f"{L:,}^2 positions; leave padding_free_max_tokens_per_row unset (rows no longer than the longest "
+            f"sequence, {S:,} tokens: a {gib(S * S)} mask) or use attn_implementation: flash_attention_2 (no mask).",
         )
