@@ -159,7 +159,7 @@ class HardenedGRPOConfig(GRPOConfig):
         budget = self.padding_free_max_tokens_per_row
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise ValueError(
-                f"padding_free_max_tokens_per_row must be an integer >= 1 or None (one packed row per micro-batch), "
+                f"padding_free_max_tokens_per_row must be an integer >= 1 or None (chosen by attention implementation), "
                 f"got {budget!r}."
             )
         if not isinstance(self.pacs_max_skipped_steps, int) or self.pacs_max_skipped_steps < 0:
