@@ -79,7 +79,7 @@ def test_resolve_model_passes_through_and_reuses_cache(tmp_path, monkeypatch):
 
 def test_refuses_non_empty_output_dir(tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
-    assert main(["demo", "--output-dir", str(tmp_path), "--model", "unused"]) == 1
+    assert main(["demo", "--output-dir", str(tmp_path), "--model", "unused"]) == 2  # one line, as every refusal
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
 
 
@@ -138,7 +138,7 @@ def test_trainer_config_differs_only_in_the_algorithm(tmp_path):
         max_steps=3, prompts_per_step=2, num_generations=4, steps_per_generation=4, max_completion_length=8,
         temperature=0.8, learning_rate=1e-4, seed=5, pacs_beta=2.0,
     )  # fmt: skip
-    pacs, grpo, rloo = (trainer_config(args, str(tmp_path), a) for a in ("pacs", "grpo", "rloo"))
+    pacs, grpo, rloo = (trainer_config(args, str(tmp_path), a) for a in ("pacs", "trl_grpo", "trl_rloo"))
     assert type(grpo).__name__ == "GRPOConfig" and type(rloo).__name__ == "RLOOConfig" and pacs.pacs_beta == 2.0
     for name in ("max_steps", "per_device_train_batch_size", "steps_per_generation", "learning_rate", "seed", "beta"):
         assert getattr(pacs, name) == getattr(grpo, name) == getattr(rloo, name)

@@ -4,7 +4,7 @@
     pacs demo                                # seed 0, writes outputs/demo/{demo.png,demo_metrics.json}
     pacs demo --seed 1 --output_dir outputs/demo-seed1
     pacs demo --model Qwen/Qwen3-0.6B --max_steps 60   # any hub id or local folder instead of the default
-    pacs demo --algorithm grpo                # the same run with TRL's GRPOTrainer (or rloo), for comparison
+    pacs demo --algorithm trl_grpo            # the same run with TRL's GRPOTrainer (or trl_rloo), for comparison
 
 Steps: (1) convert the GGUF model once to a local HF folder (see `pacs.models`); (2) draw training and held-out
 arithmetic problems from two seeds (see `pacs.tasks`); (3) greedy accuracy on the held-out set with
@@ -39,8 +39,9 @@ from .models import DEFAULT_MODEL
 logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # the held-out set's seed: far from any training seed a user would pick
-# The demo's trainers: PACS against plain TRL GRPO / RLOO as TRL ships them, not `pacs train`'s hardened layer
-ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}  # (`pacs.recipes.reader`'s table)
+# The demo's trainers, named for what they are: PACS against TRL's own GRPOTrainer and RLOOTrainer as TRL ships them
+# (not `pacs train --algorithm grpo`, which is GRPO's loss on PACS's hardened layer: `pacs.recipes.reader.ALGORITHMS`)
+TRAINERS = {"pacs": "PACSTrainer", "trl_grpo": "GRPOTrainer", "trl_rloo": "RLOOTrainer"}
 # Chosen from a profile on 2 CPU cores (benchmarks/demo/demo.md): a training step costs ~12 s (forward+backward
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
@@ -64,8 +65,9 @@ class DemoArguments:
     algorithm: str = field(
         default="pacs",
         metadata={
-            "help": "Trainer: PACSTrainer, or TRL's GRPOTrainer / RLOOTrainer with the same settings (beta 0).",
-            "choices": list(ALGORITHMS),
+            "help": "Trainer: `pacs` (PACSTrainer), or TRL's own `trl_grpo` (GRPOTrainer) / `trl_rloo` (RLOOTrainer) "
+            "with the same settings (beta 0).",
+            "choices": list(TRAINERS),
         },
     )
     prompts_per_step: int = field(default=2, metadata={"help": "Prompts per optimizer step."})
@@ -159,9 +161,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _run_parsed(args: argparse.Namespace) -> int:
-    from .options import run_command
-
-    return run_command("pacs demo", lambda: run(parse_args(args.overrides)))
+    return run(parse_args(args.overrides))  # a mistake raises ValueError: `pacs.cli` reports it in one line, exit 2
 
 
 def _progress_callback(max_steps: int, name: str = "PACSTrainer"):
@@ -301,8 +301,8 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
 
     from ._compat import activation_checkpointing_field
 
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"Unknown algorithm {algorithm!r}; choose from {list(ALGORITHMS)}.")
+    if algorithm not in TRAINERS:
+        raise ValueError(f"Unknown algorithm {algorithm!r}; choose from {list(TRAINERS)}.")
     kwargs = dict(
         output_dir=output_dir,
         max_steps=args.max_steps,
@@ -340,7 +340,7 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
         return PACSConfig(**kwargs, **pacs)
     from trl import GRPOConfig, RLOOConfig
 
-    return (GRPOConfig if algorithm == "grpo" else RLOOConfig)(**kwargs)
+    return (GRPOConfig if algorithm == "trl_grpo" else RLOOConfig)(**kwargs)
 
 
 def _build_trainer(args, algorithm: str, model, tokenizer, train_dataset, trainer_cls, progress: bool):
@@ -354,7 +354,7 @@ def _build_trainer(args, algorithm: str, model, tokenizer, train_dataset, traine
     if trainer_cls is None:
         if algorithm == "pacs":
             from . import PACSTrainer as trainer_cls
-        elif algorithm == "grpo":
+        elif algorithm == "trl_grpo":
             from trl import GRPOTrainer as trainer_cls
         else:
             from trl import RLOOTrainer as trainer_cls
@@ -372,7 +372,7 @@ def _build_trainer(args, algorithm: str, model, tokenizer, train_dataset, traine
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[_progress_callback(args.max_steps, ALGORITHMS[algorithm])] if progress else None,
+        callbacks=[_progress_callback(args.max_steps, TRAINERS[algorithm])] if progress else None,
     )
     trainer.remove_callback(PrinterCallback)  # added by disable_tqdm=True; it would print every log dict
     return trainer
@@ -415,7 +415,7 @@ def train_and_evaluate(
         args (`argparse.Namespace`):
             The demo's settings (see `pacs demo --help`); `args.output_dir` must exist.
         algorithm (`str`, *optional*, defaults to `"pacs"`):
-            One of `ALGORITHMS`.
+            One of `TRAINERS`.
         before (`dict`, *optional*):
             A `held_out_accuracy` result of the untrained model on the same held-out set, to skip re-measuring it
             (greedy decoding of the same model on the same problems gives the same answers).
@@ -482,18 +482,17 @@ def train_and_evaluate(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo end to end; returns the process exit code."""
+    """Run the demo end to end; returns the process exit code (a mistake raises `ValueError`)."""
     output_dir = Path(args.output_dir)
     if output_dir.is_dir() and any(output_dir.iterdir()) and not args.overwrite:
-        logger.error("%s is not empty; pick another --output_dir or pass --overwrite.", output_dir)
-        return 1
+        raise ValueError(f"{output_dir} is not empty; pick another --output_dir or pass --overwrite.")
     output_dir.mkdir(parents=True, exist_ok=True)
     metrics = train_and_evaluate(args, args.algorithm)
 
     # 6. Report.
     with open(output_dir / "demo_metrics.json", "w") as f:
         json.dump(metrics, f, indent=2)
-    plot(metrics, output_dir / "demo.png", ALGORITHMS[metrics.get("algorithm", "pacs")])
+    plot(metrics, output_dir / "demo.png", TRAINERS[metrics.get("algorithm", "pacs")])
     print(format_table(metrics))
     print(f"\nWrote {output_dir / 'demo.png'} and {output_dir / 'demo_metrics.json'}")
     return 0
