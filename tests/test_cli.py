@@ -5,6 +5,7 @@ import circles."""
 import argparse
 import ast
 import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -271,3 +272,53 @@ def test_one_algorithm_table_and_the_demos_trainers_named_for_what_they_are():
     assert demo_choices == list(TRAINERS) == ["pacs", "trl_grpo", "trl_rloo"]
     assert set(TRAINERS) & set(ALGORITHMS) == {"pacs"}
     assert sum("ALGORITHMS = " in p.read_text() for p in SRC.rglob("*.py")) == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# `pacs train`'s refusals, tried as a new user would: one line each, as early as what they need is known
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_reward_outside_0_1_stops_in_one_line(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    from pacs.cli import main
+
+    (tmp_path / "two_rewards.py").write_text("def two(completions, **kwargs):\n    return [2.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--config", "tiny_cpu", "--model_name_or_path", tiny_model_dir, "--output_dir", "run",
+            "--reward_funcs", "two_rewards.two", "--max_steps", "1", "--eval_strategy", "no"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    # (after the progress bar of the step it stopped, on the bar's line)
+    assert "pacs train: error: PACS uses the reward as a label and needs it in [0, 1]" in err[-1], err[-5:]
+    assert "pacs_label_transform='sigmoid'" in err[-1] and not any("Traceback" in line for line in err)
+
+
+def test_an_unknown_dynamic_sampling_metric_is_refused_before_the_data_loads(tiny_model_dir, tmp_path, capsys):
+    import pacs.train
+    from pacs.cli import main
+
+    loaded = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pacs.train, "load_train_dataset", lambda *args, **kwargs: loaded.append(args))
+        argv = ["train", "--config", "tiny_cpu", "--model_name_or_path", tiny_model_dir,
+                "--output_dir", str(tmp_path / "run"), "--dynamic_sampling", "true",
+                "--dynamic_sampling_metric", "maths"]  # fmt: skip
+        assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pacs train: error: dynamic_sampling_metric='maths' is neither 'reward'") and "\n" not in err
+    assert "['math_reward']" in err
+    assert loaded == [] and not (tmp_path / "run").exists()  # no data loaded, no (empty) output folder left behind
+
+
+def test_a_missing_reward_column_names_the_command_line_fix(tiny_model_dir, tmp_path, capsys):
+    from pacs.cli import main
+
+    chat = [{"role": "user", "content": "What is 2 + 2?"}]
+    data = tmp_path / "mine.jsonl"
+    data.write_text(json.dumps({"prompt": chat, "final": "4"}) + "\n")  # TRL's format; the answer under `final`
+    argv = ["train", "--config", "tiny_cpu", "--model_name_or_path", tiny_model_dir, "--dataset_name", str(data),
+            "--output_dir", str(tmp_path / "run"), "--eval_strategy", "no"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pacs train: error: The reward function math_reward needs the keyword `solution`")
+    assert f"add that key to every row of {data}" in err and "--answer_column COLUMN" in err and "\n" not in err

@@ -18,6 +18,7 @@ as `pacs.PACSConfig` is.
 from __future__ import annotations
 
 import difflib
+import logging
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from trl import TrlParser
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["USER_ERRORS", "CommandParser", "did_you_mean", "field_options", "run_command", "unknown_options_error"]
 
@@ -79,6 +82,7 @@ def run_command(prog: str, func: Callable[[], int | None]) -> int:
     try:
         return int(func() or 0)
     except USER_ERRORS as error:
+        logger.debug("%s: the traceback of the error below", prog, exc_info=True)  # for whoever debugs pacs itself
         print(f"{prog}: error: {error}", file=sys.stderr)  # the command's own output, as argparse's errors
         return 2
 

@@ -50,7 +50,7 @@ from trl import GRPOConfig, ModelConfig, get_peft_config
 
 from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
 from pacs.grpo.checkpoints import run_identity
-from pacs.grpo.checks import check_trainer_datasets, reward_keywords
+from pacs.grpo.checks import MissingColumnError, check_trainer_datasets, reward_keywords
 from pacs.grpo.resume import Resume, remove_checkpoints, restart_count, resume_decision
 from pacs.grpo.run_lock import check_output_dir, hold_output_dir, release_output_dir, stop_with_launcher
 from pacs.plan import batch_arithmetic, check_training_plan
@@ -116,8 +116,21 @@ def load_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_a
             train_dataset, tokenizer, script_args.max_prompt_tokens, training_args.chat_template_kwargs
         )
     datasets = {"train_dataset": train_dataset, "eval_dataset": eval_dataset}
-    check_trainer_datasets({k: v for k, v in datasets.items() if v is not None}, reward_funcs, training_args)
+    try:
+        check_trainer_datasets({k: v for k, v in datasets.items() if v is not None}, reward_funcs, training_args)
+    except MissingColumnError as error:  # the layer's fix is Python's; a data file's, from the command line:
+        raise MissingColumnError(f"{error} {_missing_column_fix(script_args)}") from error
     return train_dataset, eval_dataset, reward_funcs
+
+
+def _missing_column_fix(script_args: ScriptArguments) -> str:
+    """What a `pacs train` user with a data file does about a column a reward needs."""
+    return (
+        f"From the command line or the recipe: add that key to every row of {script_args.dataset_name}; or, when the "
+        "reward wants the gold answer (`solution`), name the column that holds it with --answer_column COLUMN (and "
+        "the problem's with --problem_column COLUMN; recipe keys answer_column, problem_column); or pass --reward_funcs "
+        "a reward whose parameters are the file's columns (mymodule.my_reward, from the working directory)."
+    )
 
 
 def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig):

@@ -423,11 +423,12 @@ def launch_setting(recipe: Recipe, name: str, default=None, config_file: bool = 
 def check_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
     """What the user named, checked in moments and before anything loads (by `pacs train`, in the process that
     launches accelerate too, so that a mistake ends there with one line, not on every rank; and by `pacs plan`, which
-    refuses what `pacs train` refuses): a model, the data file, the reward functions. (The checkpoint to resume from
+    refuses what `pacs train` refuses): a model, the data file, the reward functions, and the reward that
+    `dynamic_sampling_metric` names (before the data loads and the output folder is made). (The checkpoint to resume from
     is the resume decision's, `pacs.grpo.resume.resume_decision`, which `pacs train` makes once per process.) Raises
     `ValueError` or `FileNotFoundError` naming the fix."""
     from ..data import check_dataset_name
-    from ..grpo.checks import check_model_folder, check_model_path
+    from ..grpo.checks import check_dynamic_sampling, check_model_folder, check_model_path
     from ..rewards import get_reward_funcs
 
     if not model_args.model_name_or_path:
@@ -438,4 +439,7 @@ def check_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_
     check_model_path(model_args.model_name_or_path)
     check_model_folder(model_args.model_name_or_path)
     check_dataset_name(script_args.dataset_name)
-    get_reward_funcs(script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache)
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache
+    )
+    check_dynamic_sampling(training_args, None, reward_funcs)  # a metric names a reward: known before the data loads
