@@ -206,3 +206,24 @@ def test_demo_options_are_the_config_fields_not_a_copy_of_them():
     assert (args.learning_rate, args.lora_r, args.algorithm) == (5e-4, 16, "pacs")
     with pytest.raises(ValueError, match=r"unrecognized arguments: --learning-rte 1 \(`pacs demo --help`"):
         parse_args(["--learning-rte", "1"])
+
+
+def test_the_plot_shows_the_critics_ranking_never_the_withdrawn_accuracy(tmp_path, monkeypatch):
+    # quickstart and the README say the figure shows the critic's within-group ranking; older metrics (the withdrawn
+    # `critic_accuracy`) leave that panel empty, saying so
+    import matplotlib.pyplot as plt
+
+    from pacs.demo_report import plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    result = {"accuracy": 0.5, "ci95": [0.4, 0.6], "n": 10}
+    metrics = {"model_name": "m", "seed": 0, "max_steps": 2, "wall_time_s": 60.0, "before": result, "after": result}
+    ranking = {"reward": [[1, 0.2], [2, 0.4]], "critic_ranking": [[1, 0.6], [2, 0.7]], "critic_accuracy": [[1, 0.9]]}
+    plot({**metrics, "per_step": ranking}, tmp_path / "new.png")
+    old = {"reward": [[1, 0.2]], "critic_accuracy": [[1, 0.9], [2, 0.95]]}
+    plot({**metrics, "per_step": old}, tmp_path / "old.png")
+    new_panel, old_panel = (figure.axes[1] for figure in figures)
+    assert "ranking" in new_panel.get_title() and list(new_panel.lines[0].get_ydata()) == [0.6, 0.7]
+    assert len(old_panel.lines) == 0 and "not in these metrics" in old_panel.texts[0].get_text()
+    assert (tmp_path / "old.png").exists()
