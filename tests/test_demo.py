@@ -84,6 +84,9 @@ def test_refuses_non_empty_output_dir(tmp_path):
 
 
 def test_demo_pipeline_on_tiny_model(tiny_model_dir, tmp_path, capsys):
+    import torch
+
+    threads = torch.get_num_threads()
     out = tmp_path / "demo"
     argv = ["demo", "--model", tiny_model_dir, "--output-dir", str(out), "--seed", "1"]
     argv += ["--max-steps", "2", "--steps-per-generation", "2", "--num-generations", "2", "--prompts-per-step", "2"]
@@ -106,6 +109,7 @@ def test_demo_pipeline_on_tiny_model(tiny_model_dir, tmp_path, capsys):
     assert all(0.0 <= value <= 1.0 for _, value in metrics["per_step"]["critic_ranking"])
     assert [step for step, _ in metrics["per_step"]["pacs_loss"]] == [1, 2]
     assert metrics["wall_time_s"] > 0 and metrics["cpu_time_s"] > 0 and metrics["algorithm"] == "pacs"
+    assert metrics["torch_threads"] == 1 and torch.get_num_threads() == threads  # the default, then put back
     change = metrics["change"]  # paired: same problems before and after
     assert (
         change["n"] == 6
@@ -204,6 +208,7 @@ def test_demo_options_are_the_config_fields_not_a_copy_of_them():
     args = parse_args(["--max-steps", "3", "--pacs_beta", "2", "--pacs-reset-optimizer", "0", "--seed", "4"])
     assert (args.max_steps, args.pacs_beta, args.pacs_reset_optimizer, args.seed) == (3, 2.0, False, 4)
     assert (args.learning_rate, args.lora_r, args.algorithm) == (5e-4, 16, "pacs")
+    assert args.threads == 1  # the README's times; `make demo` passes no --threads (benchmarks/demo/demo.md)
     with pytest.raises(ValueError, match=r"unrecognized arguments: --learning-rte 1 \(`pacs demo --help`"):
         parse_args(["--learning-rte", "1"])
 

