@@ -46,8 +46,8 @@ TRAINERS = {"pacs": "PACSTrainer", "trl_grpo": "GRPOTrainer", "trl_rloo": "RLOOT
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
 # One torch thread: on the project's shared 2-core machine, 2-thread runs were 2-3x slower than 1-thread ones under a
-# load of 4-5 (benchmarks/demo/demo.md) and more than 4x slower under a load of about 11 (4 optimizer steps: 419 s at
-# 1 thread, over 2,000 s at 2; the README says how it was measured); an idle machine was never available to measure the
+# load of 4-5 (benchmarks/demo/demo.md) and 6-7x slower at load averages of 10-16 (4 optimizer steps: 419 s and 399 s
+# at 1 thread, 2,719 s at 2; the README says how it was measured); an idle machine was never available to measure the
 # other side. One thread also makes `make demo` take the time the README states.
 DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200, "threads": 1}
 
