@@ -9,12 +9,11 @@
 Steps: (1) convert the GGUF model once to a local HF folder (see `pacs.models`); (2) draw training and held-out
 arithmetic problems from two seeds (see `pacs.tasks`); (3) greedy accuracy on the held-out set with
 `pacs.eval.evaluate`, counting an answer only when it is boxed and right (`pacs.rewards.boxed_math_reward`, the
-training reward);
-(4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, four per generation so that PACS's off-policy
-terms are used; (5) held-out accuracy again, on the same problems; (6) a table on stdout, `demo_metrics.json` and
-`demo.png` (reward per step, implicit critic's within-group ranking, accuracy before/after with 95% Wilson intervals). The change
-comes with a paired 95% interval (same problems before and after), which is what says whether the gain is real (the
-intervals, the table and the plot: `pacs.demo_report`).
+training reward); (4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, four per generation so that PACS's
+off-policy terms are used; (5) held-out accuracy again, on the same problems; (6) a table on stdout,
+`demo_metrics.json` and `demo.png` (reward per step, implicit critic's within-group ranking, accuracy before/after
+with 95% Wilson intervals). The change comes with a paired 95% interval (same problems before and after), which says
+whether the gain is real (the intervals, the table and the plot: `pacs.demo_report`).
 
 `benchmarks/smollm_compare/smollm_compare.py` runs this pipeline for PACS, GRPO and RLOO on several seeds
 (`train_and_evaluate`).
@@ -30,6 +29,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 
 from .demo_report import format_table, paired_change, plot, wilson_interval
@@ -39,16 +39,14 @@ from .models import DEFAULT_MODEL
 logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # the held-out set's seed: far from any training seed a user would pick
-# The demo's trainers, named for what they are: PACS against TRL's own GRPOTrainer and RLOOTrainer as TRL ships them
-# (not `pacs train --algorithm grpo`, which is GRPO's loss on PACS's hardened layer: `pacs.recipes.reader.ALGORITHMS`)
+# The demo's trainers, named for what they are: PACS against TRL's own GRPOTrainer and RLOOTrainer (not the hardened
+# layer that `pacs train --algorithm grpo` runs, `pacs.recipes.reader.ALGORITHMS`)
 TRAINERS = {"pacs": "PACSTrainer", "trl_grpo": "GRPOTrainer", "trl_rloo": "RLOOTrainer"}
 # Chosen from a profile on 2 CPU cores (benchmarks/demo/demo.md): a training step costs ~12 s (forward+backward
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
-# One torch thread: on the project's shared 2-core machine, 2-thread runs were 2-3x slower than 1-thread ones under a
-# load of 4-5 (benchmarks/demo/demo.md) and 6-7x slower at load averages of 10-16 (4 optimizer steps: 419 s and 399 s
-# at 1 thread, 2,719 s at 2; the README says how it was measured); an idle machine was never available to measure the
-# other side. One thread also makes `make demo` take the time the README states.
+# One torch thread: on the shared 2-core machine, 2 threads were never reliably faster and often several times slower,
+# at 2-6x the CPU time (the README's table; benchmarks/demo/demo.md); and the README's times are 1-thread ones.
 DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200, "threads": 1}
 
 
@@ -90,9 +88,8 @@ class DemoArguments:
     threads: int = field(
         default=DEFAULTS["threads"],
         metadata={
-            "help": "torch CPU threads; 0 keeps torch's choice (all cores). 1, the default, is what the README's times "
-            "were measured with; on a machine shared with other jobs, more threads were several times slower "
-            "(OpenMP threads that wait for each other burn the cores they share). Try 0 on an idle many-core machine."
+            "help": "torch CPU threads; 0 keeps torch's choice (all cores). 1, the README's times: on a shared machine "
+            "more threads were often several times slower (OpenMP threads wait for each other); try 0 on an idle one."
         },
     )
 
@@ -356,13 +353,8 @@ def _build_trainer(args, algorithm: str, model, tokenizer, train_dataset, traine
     from .rewards import boxed_math_reward
 
     config = trainer_config(args, str(Path(args.output_dir) / "trainer"), algorithm)
-    if trainer_cls is None:
-        if algorithm == "pacs":
-            from . import PACSTrainer as trainer_cls
-        elif algorithm == "trl_grpo":
-            from trl import GRPOTrainer as trainer_cls
-        else:
-            from trl import RLOOTrainer as trainer_cls
+    # `TRAINERS`: PACSTrainer, or TRL's own trainer of that name
+    trainer_cls = trainer_cls or getattr(import_module("pacs" if algorithm == "pacs" else "trl"), TRAINERS[algorithm])
     peft_config = LoraConfig(
         r=args.lora_r,
         lora_alpha=2 * args.lora_r,
