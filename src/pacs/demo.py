@@ -440,15 +440,9 @@ def train_and_evaluate(
         # 2. Problems.
         train_dataset, eval_dataset = make_datasets(args)
         # 3. Accuracy before training.
+        tokens, batch = args.max_completion_length, args.eval_batch_size  # the held-out set's decoding
         if before is None:
-            before = held_out_accuracy(
-                model,
-                tokenizer,
-                eval_dataset,
-                output_dir / "eval_before",
-                args.max_completion_length,
-                args.eval_batch_size,
-            )
+            before = held_out_accuracy(model, tokenizer, eval_dataset, output_dir / "eval_before", tokens, batch)
         logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
 
         # 4. LoRA training with the chosen algorithm; everything else identical (see `trainer_config`).
@@ -458,14 +452,7 @@ def train_and_evaluate(
         train_time, train_cpu = time.perf_counter() - train_start, time.process_time() - train_cpu_start
 
         # 5. Accuracy after training, same problems, same decoding.
-        after = held_out_accuracy(
-            trainer.model,
-            tokenizer,
-            eval_dataset,
-            output_dir / "eval_after",
-            args.max_completion_length,
-            args.eval_batch_size,
-        )
+        after = held_out_accuracy(trainer.model, tokenizer, eval_dataset, output_dir / "eval_after", tokens, batch)
         with contextlib.suppress(OSError):
             (output_dir / "trainer").rmdir()  # nothing is saved there (save_strategy="no"); drop the empty folder
         history = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
