@@ -1,5 +1,5 @@
 """Train a Qwen model with PACS (arXiv:2509.02522), or the GRPO baseline: the design card's launch command, a thin
-shim over `pacs.train` (the same arguments as `pacs train`; see that module for every option).
+shim over `pacs.train.main` (the same arguments as `pacs train`; see that module for every option).
 
 This script trains in its own process, like `python -m pacs.train`; `accelerate launch` starts one per GPU. The
 `pacs train` command does that launch itself from the recipe's `accelerate_config` (`pacs train --config
@@ -49,10 +49,12 @@ the middle of a generation batch too (docs/recipes.md, "Resuming after a crash")
 """
 
 import logging
+import sys
 
-from pacs.train import run_in_process
+from pacs.options import run_command
+from pacs.train import main, parse_args
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_in_process()
+    sys.exit(run_command("examples/train_qwen.py", lambda: main(*parse_args(prog="examples/train_qwen.py"))))

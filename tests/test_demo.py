@@ -79,11 +79,14 @@ def test_resolve_model_passes_through_and_reuses_cache(tmp_path, monkeypatch):
 
 def test_refuses_non_empty_output_dir(tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
-    assert main(["demo", "--output-dir", str(tmp_path), "--model", "unused"]) == 1
+    assert main(["demo", "--output-dir", str(tmp_path), "--model", "unused"]) == 2  # one line, as every refusal
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
 
 
 def test_demo_pipeline_on_tiny_model(tiny_model_dir, tmp_path, capsys):
+    import torch
+
+    threads = torch.get_num_threads()
     out = tmp_path / "demo"
     argv = ["demo", "--model", tiny_model_dir, "--output-dir", str(out), "--seed", "1"]
     argv += ["--max-steps", "2", "--steps-per-generation", "2", "--num-generations", "2", "--prompts-per-step", "2"]
@@ -106,6 +109,7 @@ def test_demo_pipeline_on_tiny_model(tiny_model_dir, tmp_path, capsys):
     assert all(0.0 <= value <= 1.0 for _, value in metrics["per_step"]["critic_ranking"])
     assert [step for step, _ in metrics["per_step"]["pacs_loss"]] == [1, 2]
     assert metrics["wall_time_s"] > 0 and metrics["cpu_time_s"] > 0 and metrics["algorithm"] == "pacs"
+    assert metrics["torch_threads"] == 1 and torch.get_num_threads() == threads  # the default, then put back
     change = metrics["change"]  # paired: same problems before and after
     assert (
         change["n"] == 6
@@ -138,7 +142,7 @@ def test_trainer_config_differs_only_in_the_algorithm(tmp_path):
         max_steps=3, prompts_per_step=2, num_generations=4, steps_per_generation=4, max_completion_length=8,
         temperature=0.8, learning_rate=1e-4, seed=5, pacs_beta=2.0,
     )  # fmt: skip
-    pacs, grpo, rloo = (trainer_config(args, str(tmp_path), a) for a in ("pacs", "grpo", "rloo"))
+    pacs, grpo, rloo = (trainer_config(args, str(tmp_path), a) for a in ("pacs", "trl_grpo", "trl_rloo"))
     assert type(grpo).__name__ == "GRPOConfig" and type(rloo).__name__ == "RLOOConfig" and pacs.pacs_beta == 2.0
     for name in ("max_steps", "per_device_train_batch_size", "steps_per_generation", "learning_rate", "seed", "beta"):
         assert getattr(pacs, name) == getattr(grpo, name) == getattr(rloo, name)
@@ -204,5 +208,27 @@ def test_demo_options_are_the_config_fields_not_a_copy_of_them():
     args = parse_args(["--max-steps", "3", "--pacs_beta", "2", "--pacs-reset-optimizer", "0", "--seed", "4"])
     assert (args.max_steps, args.pacs_beta, args.pacs_reset_optimizer, args.seed) == (3, 2.0, False, 4)
     assert (args.learning_rate, args.lora_r, args.algorithm) == (5e-4, 16, "pacs")
+    assert args.threads == 1  # the README's times; `make demo` passes no --threads (benchmarks/demo/demo.md)
     with pytest.raises(ValueError, match=r"unrecognized arguments: --learning-rte 1 \(`pacs demo --help`"):
         parse_args(["--learning-rte", "1"])
+
+
+def test_the_plot_shows_the_critics_ranking_never_the_withdrawn_accuracy(tmp_path, monkeypatch):
+    # quickstart and the README say the figure shows the critic's within-group ranking; older metrics (the withdrawn
+    # `critic_accuracy`) leave that panel empty, saying so
+    import matplotlib.pyplot as plt
+
+    from pacs.demo_report import plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    result = {"accuracy": 0.5, "ci95": [0.4, 0.6], "n": 10}
+    metrics = {"model_name": "m", "seed": 0, "max_steps": 2, "wall_time_s": 60.0, "before": result, "after": result}
+    ranking = {"reward": [[1, 0.2], [2, 0.4]], "critic_ranking": [[1, 0.6], [2, 0.7]], "critic_accuracy": [[1, 0.9]]}
+    plot({**metrics, "per_step": ranking}, tmp_path / "new.png")
+    old = {"reward": [[1, 0.2]], "critic_accuracy": [[1, 0.9], [2, 0.95]]}
+    plot({**metrics, "per_step": old}, tmp_path / "old.png")
+    new_panel, old_panel = (figure.axes[1] for figure in figures)
+    assert "ranking" in new_panel.get_title() and list(new_panel.lines[0].get_ydata()) == [0.6, 0.7]
+    assert len(old_panel.lines) == 0 and "not in these metrics" in old_panel.texts[0].get_text()
+    assert (tmp_path / "old.png").exists()

@@ -85,6 +85,25 @@ def _run_cli(argv):
     return main(argv)
 
 
+@pytest.fixture
+def stderr(capsys):
+    """What `pacs eval` wrote to stderr so far (`pacs.cli` reports a mistake there in one line), as `caplog.text`."""
+
+    class Stderr:
+        seen = ""
+
+        @property
+        def text(self) -> str:
+            self.seen += capsys.readouterr().err
+            return self.seen
+
+        def clear(self) -> None:
+            capsys.readouterr()
+            self.seen = ""
+
+    return Stderr()
+
+
 def _read_rollouts(path):
     with open(path) as f:
         return [json.loads(line) for line in f]
@@ -230,26 +249,25 @@ def test_pacs_eval_reads_a_config_file_and_the_command_line_overrides_it(tmp_pat
     assert settings.system_prompt is None and settings.vllm_kwargs == {"max_model_len": 4096}
 
 
-def test_pacs_eval_names_the_closest_option(tmp_path, caplog):
+def test_pacs_eval_names_the_closest_option(tmp_path, stderr):
     from pacs import cli
 
     assert cli.main(["eval", "--model", "m", "--output_dir", str(tmp_path), "--max-tokens", "4"]) == 2
-    assert "--max-tokens in the command line (did you mean --max_new_tokens" in caplog.text
-    caplog.clear()
+    assert "pacs eval: error: Unknown key(s), not an option of `pacs eval`:" in stderr.text
+    assert "max-tokens (on the command line): did you mean max_new_tokens" in stderr.text
+    stderr.clear()
     config = tmp_path / "eval.yaml"
     config.write_text("model: m\noutput_dir: o\ntemprature: 0.1\n")
     assert cli.main(["eval", "--config", str(config)]) == 2
-    assert "--temprature in the --config file (did you mean --temperature" in caplog.text
-    caplog.clear()
+    assert "temprature (in the --config file): did you mean temperature" in stderr.text
+    stderr.clear()
     # an option that negates a field is no key of a --config file: the field's name and value, never the option
     config.write_text("model: m\noutput_dir: o\nno_progress: true\nno_system_prompt: true\nprogres: false\n")
     assert cli.main(["eval", "--config", str(config)]) == 2
-    err = caplog.text
-    assert "--no_progress in the --config file (write `progress: false` there)" in err
-    assert "--no_system_prompt in the --config file (write `system_prompt: ''` there)" in err
-    assert (
-        "did you mean --no_progress" not in err and "--progres in the --config file (did you mean --progress?)" in err
-    )
+    err = stderr.text
+    assert "no_progress (in the --config file): write `progress: false` there" in err
+    assert "no_system_prompt (in the --config file): write `system_prompt: ''` there" in err
+    assert "did you mean no_progress" not in err and "progres (in the --config file): did you mean progress?" in err
 
 
 def test_no_system_prompt_sends_the_user_turn_alone():
@@ -377,7 +395,7 @@ def test_pacs_eval_reads_a_file_with_other_column_names(tiny_model_dir, tmp_path
     assert [r["solution"] for r in _read_rollouts(out / "eval_rollouts.jsonl")] == ["0", "2"]
 
 
-def test_unknown_benchmark_mentions_files(tmp_path, caplog):
+def test_unknown_benchmark_mentions_files(tmp_path, stderr):
     with pytest.raises(
         ValueError, match=r"Unknown benchmark 'gsm8k'.*math500.*no file .*gsm8k.*\.jsonl, \.json or \.parquet"
     ):
@@ -385,7 +403,7 @@ def test_unknown_benchmark_mentions_files(tmp_path, caplog):
     assert (
         _run_cli(["eval", "--model", "some/model", "--benchmarks", "my_set.jsonl", "--output-dir", str(tmp_path)]) == 2
     )
-    assert "--problem_column" in caplog.text and "my_set.jsonl" in caplog.text
+    assert "--problem_column" in stderr.text and "my_set.jsonl" in stderr.text
 
 
 @pytest.mark.parametrize(
@@ -399,26 +417,26 @@ def test_unknown_benchmark_mentions_files(tmp_path, caplog):
         ("--top-p", "0", r"top_p \(--top_p\) must be in \(0, 1\]"),
     ],
 )
-def test_pacs_eval_rejects_bad_settings(tmp_path, caplog, flag, value, message):
+def test_pacs_eval_rejects_bad_settings(tmp_path, stderr, flag, value, message):
     out = tmp_path / "out"
     assert _run_cli(["eval", "--model", "some/model", "--output-dir", str(out), flag, value]) == 2
-    assert re.search(message, caplog.text)
+    assert re.search(message, stderr.text)
     assert not out.exists()
 
 
-def test_missing_model_writes_nothing(tiny_model_dir, tmp_path, caplog):
+def test_missing_model_writes_nothing(tiny_model_dir, tmp_path, stderr):
     out = tmp_path / "eval"
     argv = ["eval", "--benchmarks", "aime24", "--n", "1", "--limit", "1", "--output-dir", str(out)]
     for model in (str(tmp_path / "no-such-checkpoint"), "./runs/typo", "a/b/c"):
         assert _run_cli([*argv, "--model", model]) == 2
-        assert "No such model directory or hub id" in caplog.text and model in caplog.text
-        assert "Repo id must be" not in caplog.text
+        assert "No such model directory or hub id" in stderr.text and model in stderr.text
+        assert "Repo id must be" not in stderr.text
         assert not out.exists()
     # a directory that exists but holds no model: one line that says so, and still nothing written
     empty = tmp_path / "empty"
     empty.mkdir()
     assert _run_cli([*argv, "--model", str(empty)]) == 2
-    assert f"{empty} is not a model folder: it has no config.json" in caplog.text
+    assert f"{empty} is not a model folder: it has no config.json" in stderr.text
     assert not out.exists()
     # an earlier evaluation survives a failed --overwrite run, so the corrected rerun still finds it
     out.mkdir()
@@ -461,17 +479,17 @@ def no_model_load(monkeypatch):
 
 
 def test_diversity_without_sentence_transformers_fails_before_the_model_loads(
-    tiny_model_dir, tmp_path, caplog, monkeypatch, no_model_load
+    tiny_model_dir, tmp_path, stderr, monkeypatch, no_model_load
 ):
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import sentence_transformers -> ImportError
     out = tmp_path / "eval"
     argv = ["eval", "--model", tiny_model_dir, "--benchmarks", "aime24", "--n", "1", "--limit", "1"]
     assert _run_cli([*argv, "--output-dir", str(out), "--diversity"]) == 2
     assert no_model_load == [] and not out.exists()
-    assert "sentence-transformers, which is not installed: pip install 'trl-pacs[eval]'" in caplog.text
+    assert "sentence-transformers, which is not installed: pip install 'trl-pacs[eval]'" in stderr.text
 
 
-def test_diversity_model_files_are_checked_before_the_model_loads(tiny_model_dir, tmp_path, caplog, no_model_load):
+def test_diversity_model_files_are_checked_before_the_model_loads(tiny_model_dir, tmp_path, stderr, no_model_load):
     pytest.importorskip("sentence_transformers")
     out = tmp_path / "eval"
     argv = ["eval", "--model", tiny_model_dir, "--benchmarks", "aime24", "--n", "1", "--output-dir", str(out)]
@@ -482,24 +500,24 @@ def test_diversity_model_files_are_checked_before_the_model_loads(tiny_model_dir
         (str(tmp_path / "missing"), "No such model directory or hub id"),
         (str(empty), "a directory without a model: none of modules.json"),
     ):
-        caplog.clear()
+        stderr.clear()
         assert _run_cli([*argv, "--diversity", "--diversity-model", model]) == 2
-        assert message in caplog.text and model in caplog.text
+        assert message in stderr.text and model in stderr.text
     assert no_model_load == [] and not out.exists()
 
 
 def test_benchmarks_and_output_directory_are_checked_before_the_model_loads(
-    tiny_model_dir, tmp_path, caplog, no_model_load
+    tiny_model_dir, tmp_path, stderr, no_model_load
 ):
     argv = ["eval", "--model", tiny_model_dir, "--n", "1", "--limit", "1"]
     assert _run_cli([*argv, "--benchmarks", "aime24,gsm8k", "--output-dir", str(tmp_path / "out")]) == 2
-    assert "Unknown benchmark 'gsm8k'" in caplog.text
+    assert "Unknown benchmark 'gsm8k'" in stderr.text
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     for out in (blocker, blocker / "eval"):
-        caplog.clear()
+        stderr.clear()
         assert _run_cli([*argv, "--benchmarks", "aime24", "--output-dir", str(out)]) == 2
-        assert "is a file" in caplog.text and "--output_dir" in caplog.text
+        assert "is a file" in stderr.text and "--output_dir" in stderr.text
     assert no_model_load == []
 
 

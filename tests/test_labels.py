@@ -2,6 +2,7 @@
 model (a tiny `Qwen3ForSequenceClassification`, built offline) whose unbounded scores become labels through
 `pacs_label_transform`."""
 
+import logging
 import math
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 from datasets import Dataset
 
 from pacs import PACSTrainer
-from pacs.labels import label_transforms, reward_to_label
+from pacs.labels import label_transforms, reward_to_label, soft_label_message
 from tests.tiny_config import tiny_pacs_config
 
 
@@ -43,6 +44,28 @@ def test_one_transform_per_reward_function():
         reward_to_label(scores, ["clip", "none"])
     with pytest.raises(ValueError, match=r"Unknown pacs_label_transform 'tanh'"):
         label_transforms("tanh", 1)
+
+
+def test_soft_labels_are_named_unless_asked_for():
+    scorable = torch.tensor([True, True, True, False])
+    message = soft_label_message(torch.tensor([0.25, 1.0, 0.0, 0.5]), scorable, "none")
+    assert message.startswith("PACS trains 1 of 3 scored completions on rewards strictly between 0 and 1 (e.g. 0.25)")
+    assert "binary 0/1 labels" in message and "arXiv:2509.02522" in message
+    assert soft_label_message(torch.tensor([0.0, 1.0, 1.0, 0.5]), scorable, ["none"]) is None  # (not scored)
+    assert soft_label_message(torch.tensor([0.25, 1.0, 0.0, 0.5]), scorable, "sigmoid") is None  # soft by choice
+    assert soft_label_message(torch.tensor([0.25, 1.0, 0.0, 0.5]), scorable, ["sigmoid", "clip"]) is not None
+
+
+def test_soft_labels_are_said_once_in_a_run(tiny_model_dir, tmp_path, caplog):
+    def partial_credit(completions, **kwargs):
+        return [0.5 if i % 2 else 1.0 for i in range(len(completions))]
+
+    args = tiny_pacs_config(tmp_path / "out", max_steps=2)  # two generations, both with soft labels
+    trainer = PACSTrainer(model=tiny_model_dir, reward_funcs=partial_credit, args=args, train_dataset=prompts())
+    with caplog.at_level(logging.WARNING, logger="pacs.trainer"):
+        trainer.train()
+    said = [r.getMessage() for r in caplog.records if "as soft labels" in r.getMessage()]
+    assert len(said) == 1 and "8 of 16 scored completions" in said[0], said
 
 
 # ---------------------------------------------------------------------------------------------------------------------

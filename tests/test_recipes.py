@@ -142,6 +142,9 @@ def test_dapo_recipe_carries_the_papers_values_each_with_its_source():
     for fact in ("20,480", "4,096", "512 prompts", "16 gradient updates", "max_num_gen_batches", "filter_groups"):
         assert fact in text, fact
     assert "--dynamic_filtering" in text  # OpenRLHF's name beside verl's
+    # where this recipe follows the paper and verl's published run does not, the comments say so
+    assert args.warmup_steps == 20 * 16 and "verl's script warms up 10 steps" in text
+    assert "verl's published run (recipe/dapo/run_dapo_qwen2.5_32b.sh) does not mask truncated completions" in text
 
 
 @pytest.mark.parametrize("name", PACS_RECIPES)

@@ -164,7 +164,7 @@ def test_the_launching_process_decides_once_and_takes_no_lock(tmp_path, monkeypa
             "--max_steps", "8"]  # fmt: skip
     monkeypatch.setattr(pacs.train, "check_inputs", lambda *args: None)  # /models/tiny: the identity's, not on disk
     with caplog.at_level(logging.DEBUG, logger="pacs.grpo.resume"):
-        assert pacs.train.run(types.SimpleNamespace(overrides=argv)) == 0
+        assert pacs.train.train_command(argv) == 0
     decisions = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Resume decision: ")]
     assert decisions == [f"Resume decision: resuming from {out / 'checkpoint-4'}."]  # once, in this process
     assert len(launched) == 1 and not (out / LOCK_FILE).exists()  # the run's first process takes the lock

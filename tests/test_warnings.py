@@ -55,12 +55,12 @@ def test_a_tiny_run_emits_no_deprecation_caused_by_pacs(tiny_model_dir, tmp_path
 
 
 def test_the_demo_configs_warn_about_nothing(tmp_path):
-    from pacs.demo import ALGORITHMS, parse_args, trainer_config
+    from pacs.demo import TRAINERS, parse_args, trainer_config
 
     args = parse_args([])
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        configs = [trainer_config(args, str(tmp_path), algorithm) for algorithm in ALGORITHMS]
+        configs = [trainer_config(args, str(tmp_path), algorithm) for algorithm in TRAINERS]
     assert _deprecations(record) == [], [str(w.message) for w in _deprecations(record)]
     assert not any(c.gradient_checkpointing for c in configs)  # off at this size, under either name
 

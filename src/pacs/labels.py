@@ -85,6 +85,30 @@ def reward_to_label(
     return torch.stack(columns, dim=1)  # (B, F)
 
 
+def soft_label_message(labels: torch.Tensor, scorable: torch.Tensor, transform: str | Sequence[str]) -> str | None:
+    """The one warning for rewards strictly between 0 and 1 taken as labels as they are: PACS then trains a soft
+    label (a cross-entropy towards, say, 0.7), where the paper's labels are a verifier's binary 0/1. `None` when
+    every scored label is 0 or 1, or when every reward function's score goes through the `"sigmoid"` transform
+    (soft labels are then what was asked for).
+
+    >>> soft_label_message(torch.tensor([1.0, 0.0]), torch.tensor([True, True]), "none") is None
+    True
+    >>> soft_label_message(torch.tensor([0.5, 0.0]), torch.tensor([True, True]), "none")[:48]
+    'PACS trains 1 of 2 scored completions on rewards'
+    """
+    if all(name == "sigmoid" for name in ([transform] if isinstance(transform, str) else transform)):
+        return None
+    soft = scorable & (labels > 0) & (labels < 1)  # (B,)
+    if not soft.any():
+        return None
+    return (
+        f"PACS trains {int(soft.sum())} of {int(scorable.sum())} scored completions on rewards strictly between 0 "
+        "and 1 (e.g. {:g}), as soft labels of its cross-entropy: the paper (arXiv:2509.02522) trains on a "
+        "verifier's binary 0/1 labels. This is fine for a partial-credit reward; for the paper's setting, make the "
+        "reward functions return 0 or 1 (said once per run).".format(labels[soft][0].item())
+    )
+
+
 def label_range_error(
     row: int, names: Sequence[str], rewards_per_func, labels_per_func, labels, weights, transform: str
 ) -> ValueError:
@@ -105,4 +129,4 @@ def label_range_error(
     )
 
 
-__all__ = ["LABEL_TRANSFORMS", "label_range_error", "label_transforms", "reward_to_label"]
+__all__ = ["LABEL_TRANSFORMS", "label_range_error", "label_transforms", "reward_to_label", "soft_label_message"]

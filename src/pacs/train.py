@@ -7,12 +7,14 @@ and of TRL's `ModelConfig`, parsed by `TrlParser`, so `--config`, the help texts
 definition; plus the launch keys: `accelerate_config` and the options of `accelerate launch` (`--num_processes 4`,
 ...). Any other key is an error that names the closest valid ones.
 
-How it launches (TRL's convention, `trl grpo`): when the recipe or the command line names an `accelerate_config`
-(a shipped one by name: `zero3`, `zero2`, `ddp`, `zero3_multinode`, `zero3_hostfile`; or a path), `pacs train` runs
-`accelerate launch --config_file <it> [launch options] -m pacs.train <the rest>`; without one (and without launch
-options), it trains in this process. `python -m pacs.train ...` always trains in its own process, which is what
-`accelerate launch -m pacs.train` (or `examples/train_qwen.py`) runs on every rank; there the launch keys are ignored.
-Before any model loads, the run checks itself as `pacs plan` does (`pacs.plan.check_training_plan`).
+How it launches (TRL's convention: the launcher launches, the script trains, as `trl grpo` and `trl/scripts/grpo.py`):
+[`main`] trains in its own process; `python -m pacs.train ...` and `examples/train_qwen.py` run it (on every rank of
+an `accelerate launch`, where the launch keys are set aside), and Python calls it with the argument dataclasses
+([`parse_args`] reads them). `pacs train` ([`train_command`]) reads the command line once and, when the recipe or the
+command line names an `accelerate_config` (a shipped one by name: `zero3`, `zero2`, `ddp`, `zero3_multinode`,
+`zero3_hostfile`; or a path) or launch options, runs `accelerate launch --config_file <it> [launch options] -m
+pacs.train <the command line>`; without them, it runs `main` in this process. Before any model loads, the run checks
+itself as `pacs plan` does (`pacs.plan.check_training_plan`).
 
 Check a launch before spending a GPU (the same checks; docs/recipes.md):
 
@@ -48,9 +50,8 @@ from trl import GRPOConfig, ModelConfig, get_peft_config
 
 from pacs.data import drop_long_prompts, load_benchmark, load_train_dataset
 from pacs.grpo.checkpoints import run_identity
-from pacs.grpo.checks import check_trainer_datasets, reward_keywords
+from pacs.grpo.checks import MissingColumnError, check_trainer_datasets, reward_keywords
 from pacs.grpo.resume import Resume, resume_decision
-from pacs.options import USER_ERRORS
 from pacs.plan import batch_arithmetic, check_training_plan
 from pacs.recipes.reader import (  # noqa: F401 (ScriptArguments, Recipe, make_parser: `pacs.train`'s public names)
     ALGORITHMS,
@@ -121,8 +122,21 @@ def load_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_a
             train_dataset, tokenizer, script_args.max_prompt_tokens, training_args.chat_template_kwargs
         )
     datasets = {"train_dataset": train_dataset, "eval_dataset": eval_dataset}
-    check_trainer_datasets({k: v for k, v in datasets.items() if v is not None}, reward_funcs, training_args)
+    try:
+        check_trainer_datasets({k: v for k, v in datasets.items() if v is not None}, reward_funcs, training_args)
+    except MissingColumnError as error:  # the layer's fix is Python's; a data file's, from the command line:
+        raise MissingColumnError(f"{error} {_missing_column_fix(script_args)}") from error
     return train_dataset, eval_dataset, reward_funcs
+
+
+def _missing_column_fix(script_args: ScriptArguments) -> str:
+    """What a `pacs train` user with a data file does about a column a reward needs."""
+    return (
+        f"From the command line or the recipe: add that key to every row of {script_args.dataset_name}; or, when the "
+        "reward wants the gold answer (`solution`), name the column that holds it with --answer_column COLUMN (and "
+        "the problem's with --problem_column COLUMN; recipe keys answer_column, problem_column); or pass --reward_funcs "
+        "a reward whose parameters are the file's columns (mymodule.my_reward, from the working directory)."
+    )
 
 
 def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig):
@@ -163,7 +177,11 @@ def prepare(script_args: ScriptArguments, training_args: GRPOConfig, model_args:
 
 def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
     """Train in this process: the checks, the data and rewards (`prepare`), the trainer, `train()`, the saved model.
-    The output folder's lock is released when it returns or raises (a process that exits releases it anyway)."""
+
+    The one training entry point, as `main` is in TRL's `trl/scripts/grpo.py`: Python calls it with the three argument
+    dataclasses ([`parse_args`] reads them from a command line), `python -m pacs.train` and `examples/train_qwen.py`
+    run it on every rank of a launch, and `pacs train` runs it here when there is nothing to launch. The output
+    folder's lock is released once, when it returns or raises (a process that exits releases it anyway)."""
     try:
         train(script_args, training_args, model_args, *prepare(script_args, training_args, model_args))
     finally:
@@ -172,7 +190,7 @@ def main(script_args: ScriptArguments, training_args: GRPOConfig, model_args: Mo
 
 def train(script_args, training_args, model_args, train_dataset, eval_dataset, reward_funcs, resume: Resume) -> None:
     """The trainer (PACS, or the GRPO baseline on identical arguments and the same hardened layer) on what `prepare`
-    returned, `train()` as `resume` says, the saved model; then the output folder's lock is released."""
+    returned, `train()` as `resume` says, the saved model."""
     trainer_cls = ALGORITHMS[script_args.algorithm].trainer_class()
     trainer = trainer_cls(
         model=model_args.model_name_or_path,
@@ -184,7 +202,6 @@ def train(script_args, training_args, model_args, train_dataset, eval_dataset, r
     )
     _log_run(trainer, script_args.algorithm, len(train_dataset))
     _train_and_save(trainer, script_args, training_args, resume)
-    release_output_dir(training_args.output_dir)
 
 
 def _decide(script_args, training_args, model: str, world_size: int, first_process: bool, launcher: bool = False):
@@ -233,37 +250,27 @@ def _log_run(trainer, algorithm: str, problems: int) -> None:
     )  # fmt: skip
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, GRPOConfig, ModelConfig]:
-    """The three argument dataclasses of a `pacs train` command line (the launch keys read and set aside)."""
-    recipe = read_recipe(argv)
+def parse_args(
+    argv: list[str] | None = None, prog: str = "python -m pacs.train"
+) -> tuple[ScriptArguments, GRPOConfig, ModelConfig]:
+    """The three argument dataclasses of a training command line (`sys.argv[1:]` by default) for [`main`]: the recipe
+    and its overrides. The launch keys are set aside (a launched process trains as launched; outside a launch they are
+    named in a warning). Raises `ValueError` (one message) on a mistake."""
+    recipe = read_recipe(argv, prog=prog)
+    if recipe.launch_args and "LOCAL_RANK" not in os.environ:
+        logger.warning(
+            "%s are options of `accelerate launch`: this process trains as launched and ignores them (use "
+            "`pacs train`, which launches accelerate, or pass them to `accelerate launch`).",
+            " ".join(recipe.launch_args),
+        )
     return recipe.script_args, recipe.training_args, recipe.model_args
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Entry points: `pacs train` (launches accelerate when asked) and `python -m pacs.train` (this process)
+# `pacs train`: the launcher. It reads the command line once, checks it, and launches `accelerate launch -m
+# pacs.train <the same command line>` when the recipe or the command line names a launch; otherwise (or inside a
+# launched process) it runs `main` here.
 # ---------------------------------------------------------------------------------------------------------------------
-
-
-def _error(prog: str, error: Exception) -> int:
-    print(f"{prog}: error: {error}", file=sys.stderr)
-    return 2
-
-
-def run_in_process(argv: list[str] | None = None) -> None:
-    """`python -m pacs.train ...`: train in this process (what every rank of an accelerate launch runs)."""
-    prog = "python -m pacs.train"
-    try:
-        recipe = read_recipe(argv, prog=prog)
-        if recipe.launch_args and "LOCAL_RANK" not in os.environ:
-            logger.warning(
-                "%s are options of `accelerate launch`: this process trains as launched and ignores them (use "
-                "`pacs train`, which launches accelerate, or pass them to `accelerate launch`).",
-                " ".join(recipe.launch_args),
-            )
-        inputs = prepare(recipe.script_args, recipe.training_args, recipe.model_args)
-    except USER_ERRORS as error:
-        sys.exit(_error(prog, error))
-    train(recipe.script_args, recipe.training_args, recipe.model_args, *inputs)
 
 
 def check_launch(recipe: Recipe) -> None:
@@ -284,12 +291,13 @@ def check_launch(recipe: Recipe) -> None:
 
 
 def launch(recipe: Recipe) -> None:
-    """`accelerate launch --config_file <accelerate_config> [launch options] -m pacs.train <the rest>`, in this
-    process, as TRL's `trl grpo` (trl/cli/accelerate_launcher.py)."""
+    """`accelerate launch --config_file <accelerate_config> [launch options] -m pacs.train <the command line>`, in this
+    process, as TRL's `trl grpo` (trl/cli/accelerate_launcher.py). The launched script reads the launch keys of the
+    command line and sets them aside, so the command line goes to it whole."""
     from accelerate.commands.launch import launch_command, launch_command_parser
 
     config = ["--config_file", str(recipe.accelerate_config)] if recipe.accelerate_config else []
-    command = [*config, *recipe.launch_args, *_restart_options(recipe), "--module", "pacs.train", *recipe.train_argv]
+    command = [*config, *recipe.launch_args, *_restart_options(recipe), "--module", "pacs.train", *recipe.argv]
     logger.info("accelerate launch %s", " ".join(command))
     launch_command(launch_command_parser().parse_args(command))
 
@@ -326,37 +334,32 @@ def _check_before_launch(recipe: Recipe) -> None:
     _decide(recipe.script_args, recipe.training_args, model, world_size, first_process=first_machine, launcher=True)
 
 
-def run(args) -> int:
-    """`pacs train ...` (registered in `pacs.cli`): `args.overrides` is the whole command line after `train`.
+def train_command(argv: list[str]) -> int:
+    """`pacs train ...` (registered in `pacs.cli`, which reports its `ValueError`s in one line, exit 2): `argv` is the
+    whole command line after `train`, read once.
 
-    Every ordinary mistake ends here, before the model loads or accelerate launches, with one message and exit 2
-    (`USER_ERRORS`). The working directory is importable, as under `python -m`, so that `--reward_funcs mymodule.fn`
-    finds `./mymodule.py`."""
-    argv = list(getattr(args, "overrides", []))
+    Every ordinary mistake ends here, before the model loads or accelerate launches. The working directory is
+    importable, as under `python -m`, so that `--reward_funcs mymodule.fn` finds `./mymodule.py`."""
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    # inside a launched process (`accelerate launch ... pacs train`), or nothing to launch: train here
-    try:
-        recipe = read_recipe(argv)
-        in_process = "LOCAL_RANK" in os.environ or (recipe.accelerate_config is None and not recipe.launch_args)
-        if in_process:
-            inputs = prepare(recipe.script_args, recipe.training_args, recipe.model_args)
-        else:  # the ranks check again, with their own view of the run (world size, GPU memory)
-            check_inputs(recipe.script_args, recipe.training_args, recipe.model_args)
-            check_launch(recipe)
-            load_inputs(recipe.script_args, recipe.training_args)  # the data against the rewards, once, here
-            _check_before_launch(recipe)  # the resume decision (or its refusal), once, before anything starts
-    except USER_ERRORS as error:
-        return _error("pacs train", error)
-    if in_process:
-        train(recipe.script_args, recipe.training_args, recipe.model_args, *inputs)
-    else:
-        launch(recipe)
+    recipe = read_recipe(argv)
+    # inside a launched process (`accelerate launch ... pacs train`), or nothing to launch: the script's main, here
+    if "LOCAL_RANK" in os.environ or (recipe.accelerate_config is None and not recipe.launch_args):
+        main(recipe.script_args, recipe.training_args, recipe.model_args)
+        return 0
+    # the ranks check again, with their own view of the run (world size, GPU memory)
+    check_inputs(recipe.script_args, recipe.training_args, recipe.model_args)
+    check_launch(recipe)
+    load_inputs(recipe.script_args, recipe.training_args)  # the data against the rewards, once, here
+    _check_before_launch(recipe)  # the resume decision (or its refusal), once, before anything starts
+    launch(recipe)
     return 0
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from pacs.train import run_in_process as _run  # the package's module, not a second copy as __main__
+    from pacs.options import run_command  # (the package's modules, not a second copy of this one as __main__)
+    from pacs.train import main as _main
+    from pacs.train import parse_args as _parse_args
 
-    _run()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(run_command("python -m pacs.train", lambda: _main(*_parse_args())))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -41,10 +42,13 @@ from .config import PACSConfig
 from .critic import CriticTally, critic_metrics, ranking_sums
 from .grpo.terms import loss_mask
 from .grpo.trainer import HardenedGRPOTrainer
-from .labels import label_range_error, reward_to_label
+from .labels import label_range_error, reward_to_label, soft_label_message
 from .loss import compute_reward_proxy, pacs_loss
 from .loss_terms import GRPOLossTerms
 from .split import attach_step_coefficients, exchange_order, exchange_rows, split_layout
+
+
+logger = logging.getLogger(__name__)
 
 
 check_trl()  # what only PACS needs of TRL's private API (`pacs._compat`)
@@ -104,6 +108,7 @@ class PACSTrainer(GRPOLossTerms, HardenedGRPOTrainer):
         super().__init__(model, reward_funcs, args=args, **kwargs)  # the checks, GRPOTrainer
         self._split_layout = self.args.split_layout()  # checked when the config was built (`PACSConfig.__post_init__`)
         self._critic_tally = CriticTally()  # the within-group ranking, pooled over an optimizer step
+        self._soft_labels_said = False  # rewards in (0, 1) are soft labels: a warning, once (`soft_label_message`)
         self._pacs_anchor = make_anchor(
             self.args.pacs_anchor, self.args, self.model, self.accelerator, self._logps_without_grad, self.ref_model
         )  # pi_old, or pi_ref and its resets (`pacs_anchor`, `pacs.anchors`)
@@ -138,6 +143,10 @@ class PACSTrainer(GRPOLossTerms, HardenedGRPOTrainer):
         if bad.any():
             row, names, transform = int(bad.nonzero()[0]), self.reward_func_names, args.pacs_label_transform
             raise label_range_error(row, names, rewards_per_func, labels_per_func, labels, weights, transform)
+        if not self._soft_labels_said and (message := soft_label_message(labels, scorable, args.pacs_label_transform)):
+            self._soft_labels_said = True
+            if self.accelerator.is_main_process:
+                logger.warning(message)
         # labels are already gathered over processes (TRL gathers the rewards), so this needs no collective; TRL logs
         # `reward` and `rewards/<function>/mean` from the raw scores, not the labels
         count = scorable.sum().clamp(min=1)

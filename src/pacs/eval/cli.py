@@ -16,7 +16,6 @@ import argparse
 import logging
 from dataclasses import dataclass, field, fields
 
-from ..cli import did_you_mean
 from .run import DEFAULT_BENCHMARKS
 
 
@@ -104,26 +103,31 @@ def make_parser():
     return parser
 
 
-def _unknown_options(parser, config_extra: list[str], cli_extra: list[str]) -> str | None:
-    """An error naming each unknown option (of the command line or the --config file) and the closest valid ones."""
-    # named in the underscore spelling (the dash spellings are accepted, never suggested)
-    known = [s for action in parser._actions for s in action.option_strings if "-" not in s[2:]]
-    # a --config file sets fields by name: `progress: false`, never `no_progress: true` (an option, not a key)
-    keys = [s for action in parser._actions for s in action.option_strings if s.lstrip("-") == action.dest]
-    problems = []
-    for where, extra in (("--config file", config_extra), ("command line", cli_extra)):
-        for option in (a for a in extra if a.startswith("-")):
-            action = parser._option_string_actions.get(option.split("=")[0])
-            if where == "--config file" and action is not None and action.const is not None:
-                value = str(action.const).lower() if isinstance(action.const, bool) else repr(action.const)
-                problems.append(f"{option} in the {where} (write `{action.dest}: {value}` there)")
-                continue
-            close = did_you_mean(option.split("=")[0], keys if where == "--config file" else known)
-            hint = f" ({close})" if close else ""
-            problems.append(f"{option} in the {where}{hint}")
-    if not problems and (config_extra or cli_extra):
-        problems.append(f"unexpected values {config_extra + cli_extra}")
-    return "unknown options: " + "; ".join(problems) + " (`pacs eval --help` lists every option)" if problems else None
+# the two options that are not a field (`make_parser`), and the config-file keys that say what they mean
+EXTRA_OPTIONS = {"config": None, "no_system_prompt": "write `system_prompt: ''` there"}
+
+
+def _unknown_options(config_extra: list[str], cli_extra: list[str]) -> ValueError | None:
+    """The error naming each unknown option (of the command line or the --config file) and the closest valid ones
+    (`pacs.options.unknown_options_error`), or None."""
+    from ..options import field_options, unknown_options_error
+    from .settings import EvalSettings
+
+    fields_ = field_options([EvalArguments, EvalSettings])
+    unknown = []
+    for where, extra in (("in the --config file", config_extra), ("on the command line", cli_extra)):
+        for option in (a.split("=")[0] for a in extra if a.startswith("-")):
+            name = option.lstrip("-")
+            # a --config file sets fields by name: `progress: false`, never `no_progress: true` (an option, not a key)
+            if where.endswith("file") and EXTRA_OPTIONS.get(name):
+                unknown.append((option, where, EXTRA_OPTIONS[name]))
+            elif where.endswith("file") and name.startswith("no_") and name[3:] in fields_:
+                unknown.append((option, where, f"write `{name[3:]}: false` there"))
+            else:
+                unknown.append((option, where))
+    if not unknown and (config_extra or cli_extra):
+        return ValueError(f"unexpected values {config_extra + cli_extra} (`pacs eval --help` lists every option)")
+    return unknown_options_error(unknown, [*fields_, *EXTRA_OPTIONS], "an option of `pacs eval`") if unknown else None
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -140,15 +144,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    """Run `pacs eval` on the options in `args.overrides`; returns the exit code (2, in one line, for an ordinary
-    mistake: an option, a setting, a path, a file)."""
-    from ..options import USER_ERRORS
-
-    try:
-        return _run_eval(args.overrides)
-    except USER_ERRORS as error:  # logged, as everything `pacs eval` says while it runs
-        logger.error("%s", error)
-        return 2
+    """Run `pacs eval` on the options in `args.overrides`; returns the exit code. An ordinary mistake (an option, a
+    setting, a path, a file, a missing package) raises `ValueError`, which `pacs.cli` reports in one line, exit 2."""
+    return _run_eval(args.overrides)
 
 
 def _run_eval(argv: list[str]) -> int:
@@ -161,9 +159,9 @@ def _run_eval(argv: list[str]) -> int:
         )
     except OSError as error:  # an unreadable --config
         raise ValueError(str(error)) from error
-    unknown = _unknown_options(parser, config_extra, cli_extra)
+    unknown = _unknown_options(config_extra, cli_extra)
     if unknown:
-        raise ValueError(unknown)
+        raise unknown
     try:
         evaluate(
             model=arguments.model,

@@ -239,6 +239,11 @@ def _check_reward_signature(func, func_name, name, columns, trl_kwargs, availabl
             raise _missing_keyword_error(func_name, param.name, name, columns)
 
 
+class MissingColumnError(ValueError):
+    """A reward function needs a column that the data lacks (the fix in the message is Python's; `pacs train` adds
+    its own, for a data file)."""
+
+
 def _missing_keyword_error(func_name: str, keyword: str, name: str, columns: list[str]) -> ValueError:
     """Why TRL would not pass the required parameter `keyword` to the reward function, and the fix."""
     if keyword == "environments" and "environments" not in columns:
@@ -260,7 +265,7 @@ def _missing_keyword_error(func_name: str, keyword: str, name: str, columns: lis
             "makes TRL drop every column but 'prompt' before the reward functions see it; set "
             "remove_unused_columns=False (GRPOConfig's default)."
         )
-    return ValueError(
+    return MissingColumnError(
         f"The reward function {func_name} needs the keyword `{keyword}`, but {name} has no column "
         f"{keyword!r} (its columns are {columns}); TRL passes each dataset column to the reward functions "
         f"under its own name. Rename the column that holds it, e.g. {_rename_hint(keyword, columns)}, or "

@@ -194,30 +194,27 @@ def make_parser():
     """`pacs plan`'s option parser: [`PlanArguments`] through `pacs.options.CommandParser`."""
     from ..options import CommandParser
 
-    parser = CommandParser(PlanArguments, prog="pacs plan", description=DESCRIPTION)
-    recipe = parser._option_string_actions["--config"]
-    recipe.option_strings = ["--config", "--recipe"]  # spelled as on `pacs train` in the usage and the help
-    return parser
+    usage = (
+        "%(prog)s --config RECIPE [--accelerate_config NAME_OR_PATH] [--num_processes N] [--num_machines N] "
+        "[--gpu_memory_gb G] [--vllm_serve 'OPTIONS'] [--KEY VALUE ...]"
+    )  # spelled as on `pacs train` (`--recipe` is the same option: TRL's parser keeps `config` for a file)
+    return CommandParser(PlanArguments, prog="pacs plan", usage=usage, description=DESCRIPTION)
 
 
 def run(args) -> int:
-    """`pacs plan`: print the plan; exit 0, 1 on a failure found, 2 on a recipe, config or model that is unknown."""
-    from ..options import run_command
-
-    def plan() -> int:
-        options, overrides = make_parser().parse_args_into_dataclasses(
-            list(getattr(args, "overrides", [])), return_remaining_strings=True
-        )
-        plan = plan_recipe(
-            options.recipe,
-            overrides=overrides,
-            accelerate_config=options.accelerate_config,
-            num_processes=options.num_processes,
-            num_machines=options.num_machines,
-            gpu_memory_gb=options.gpu_memory_gb,
-            vllm_serve=options.vllm_serve,
-        )
-        print(plan.render())  # the command's output
-        return 1 if plan.errors else 0
-
-    return run_command("pacs plan", plan)
+    """`pacs plan`: print the plan; exit 0, 1 on a failure found (`pacs.cli` answers a recipe, config or model that is
+    unknown with one line, exit 2)."""
+    options, overrides = make_parser().parse_args_into_dataclasses(
+        list(getattr(args, "overrides", [])), return_remaining_strings=True
+    )
+    plan = plan_recipe(
+        options.recipe,
+        overrides=overrides,
+        accelerate_config=options.accelerate_config,
+        num_processes=options.num_processes,
+        num_machines=options.num_machines,
+        gpu_memory_gb=options.gpu_memory_gb,
+        vllm_serve=options.vllm_serve,
+    )
+    print(plan.render())  # the command's output
+    return 1 if plan.errors else 0

@@ -40,7 +40,7 @@ def _resolve(value: str, directory: Path, names: list[str], what: str, listing: 
     name = value.removesuffix(".yaml")
     if "/" not in name and (directory / f"{name}.yaml").is_file():
         return directory / f"{name}.yaml"
-    from ..cli import did_you_mean
+    from ..options import did_you_mean
 
     close = did_you_mean(Path(name).name, names, cutoff=0.5)
     hint = f" {close[0].upper()}{close[1:]}" if close else ""

@@ -9,18 +9,18 @@ key is an error naming the closest valid ones. It imports no trainer, so that `p
 """
 
 import logging
+import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trl import GRPOConfig, ModelConfig, TrlParser
 
-from ..cli import did_you_mean
 from ..config import PACSConfig
 from ..data import PROMPT_SUFFIX, SYSTEM_PROMPT
 from ..grpo.config import HardenedGRPOConfig
-from ..options import CommandParser
+from ..options import CommandParser, did_you_mean, field_options, unknown_options_error
 from ..rewards import REWARD_FACTORIES, REWARD_FUNCS
 from . import resolve_accelerate_config, resolve_recipe
 
@@ -234,23 +234,21 @@ RESUME_HELP = (
 
 
 def make_parser(algorithm: str = "pacs", prog: str = "pacs train") -> TrlParser:
-    parser = CommandParser(
+    return CommandParser(
         (ScriptArguments, ALGORITHMS[algorithm].config, ModelConfig),
         prog=prog,
         usage=USAGE,
         description=DESCRIPTION,
-        allow_abbrev=False,  # `--num_generation` is a typo to name, not an abbreviation of `--num_generations`
         epilog="Launch keys (recipe or command line): --accelerate_config NAME_OR_PATH (shipped: zero3, zero2, ddp, "
         "zero3_multinode, zero3_hostfile) and the options of `accelerate launch` (--num_processes, --num_machines, "
-        "--machine_rank, --main_process_ip, ...); see pacs.train's docstring.",
+        "--machine_rank, --main_process_ip, ...); see pacs.train's docstring. --resume_from_checkpoint: "
+        + RESUME_HELP,
     )
-    # transformers' own help for this field knows neither `auto` nor `true` (pacs.grpo.checkpoints reads them)
-    parser._option_string_actions["--resume_from_checkpoint"].help = RESUME_HELP
-    return parser
 
 
 def launch_options() -> set[str]:
-    """The option strings `pacs train` passes on to `accelerate launch`."""
+    """The option strings `pacs train` passes on to `accelerate launch` (read from accelerate's own parser: it has
+    no public list of them)."""
     from accelerate.commands.launch import launch_command_parser
 
     options = {s for s in launch_command_parser()._option_string_actions if s.startswith("--")}
@@ -266,7 +264,7 @@ class Recipe:
     model_args: ModelConfig
     accelerate_config: Path | None = None  # resolved: the command line's, else the recipe's
     launch_args: list[str] = field(default_factory=list)  # other `accelerate launch` options, as given
-    train_argv: list[str] = field(default_factory=list)  # the command line without the launch options
+    argv: list[str] = field(default_factory=list)  # the command line (`--config` resolved to a path)
 
 
 def _resolve_config_argument(argv: list[str]) -> list[str]:
@@ -289,21 +287,8 @@ def _groups(strings: list[str]) -> list[tuple[str, list[str]]]:
     return groups
 
 
-def _unknown_keys_error(unknown: list[tuple[str, str]], parser: TrlParser, launch: set[str]) -> ValueError:
-    options = {s[2:] for s in parser._option_string_actions if s.startswith("--")} | {s[2:] for s in launch}
-    known = sorted(key for key in options if "-" not in key)  # the underscore spelling, as in the recipes
-    lines = []
-    for key, where in unknown:
-        lines.append(f"  {key.lstrip('-')} ({where}): {did_you_mean(key.lstrip('-'), known) or 'no similar key.'}")
-    return ValueError(
-        "Unknown key(s), neither a training argument (`pacs train --help`: ScriptArguments, PACSConfig or GRPOConfig, "
-        "ModelConfig) nor a launch key (accelerate_config, or an option of `accelerate launch` such as "
-        "num_processes):\n" + "\n".join(lines)
-    )
-
-
 def _split_config(argv: list[str]) -> tuple[dict, list[str]]:
-    """The recipe's keys (a YAML mapping; TRL's `env` key aside) and the command line without `--config PATH`."""
+    """The recipe's keys (a YAML mapping) and the command line without `--config PATH`."""
     import yaml
 
     if "--config" not in argv[:-1]:
@@ -313,70 +298,88 @@ def _split_config(argv: list[str]) -> tuple[dict, list[str]]:
         config = yaml.safe_load(f)
     if not isinstance(config, dict):
         raise ValueError(f"The recipe {argv[i + 1]} must be a YAML mapping of keys to values.")
-    return {key: value for key, value in config.items() if key != "env"}, argv[:i] + argv[i + 2 :]
+    return config, argv[:i] + argv[i + 2 :]
 
 
-def _sort_keys(parser: TrlParser, argv: list[str], algorithm: str):
+def _algorithm(config: dict, cli: list[str]) -> str:
+    """The `algorithm` the command line (its last `--algorithm`) or else the recipe names: the one key read before the
+    parse, since it picks the parser's training-argument class (`ALGORITHMS`)."""
+    algorithm = config.get("algorithm", "pacs")
+    for key, tokens in _groups(cli):
+        if key == "--algorithm":
+            algorithm = tokens[-1].split("=", 1)[-1] if len(tokens) <= 2 else tokens[1]
+    if algorithm not in ALGORITHMS:
+        close = did_you_mean(str(algorithm), ALGORITHMS)
+        raise ValueError(
+            f"algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}" + (f"; {close}" if close else ".")
+        )
+    return algorithm
+
+
+def _sort_keys(config_rest: list[str], cli_rest: list[str], algorithm: str):
     """The keys that are not training arguments, sorted before any argument class is built (their `__post_init__`
     checks values, and a typo must be named before a value error it causes): launch keys, PACS settings a GRPO run
     drops, and unknown keys (an error naming the closest valid ones)."""
-    config, cli = _split_config(argv)
-    dests = {action.dest for action in parser._actions}
-    from_recipe = [item for key, value in config.items() if key not in dests for item in (f"--{key}", str(value))]
-    _, from_cli = parser.parse_known_args(cli)
     launch = launch_options()
-    not_here = {f"--{f.name}" for f in fields(PACSConfig)} - {
-        f"--{f.name}" for f in fields(ALGORITHMS[algorithm].config)
+    not_here = {
+        f"--{name}" for name in set(field_options([PACSConfig])) - set(field_options([ALGORITHMS[algorithm].config]))
     }
-    accelerate_config, launch_args, cli_launch, unknown, dropped = None, [], [], [], []
-    for where, strings in (("in the recipe", from_recipe), ("on the command line", from_cli)):
+    accelerate_config, launch_args, unknown, dropped = None, [], [], []
+    for where, strings in (("in the recipe", config_rest), ("on the command line", cli_rest)):
         for key, tokens in _groups(strings):
-            if key == LAUNCH_KEY or key in launch:
-                if key == LAUNCH_KEY:
-                    accelerate_config = tokens[-1].split("=", 1)[-1]
-                else:
-                    launch_args += tokens
-                cli_launch += tokens if where == "on the command line" else []
+            if key == LAUNCH_KEY:
+                accelerate_config = tokens[-1].split("=", 1)[-1]
+            elif key in launch:
+                launch_args += tokens
             elif key in not_here:  # a PACS setting, in a recipe run as the GRPO baseline
                 dropped += tokens
             else:
                 unknown.append((key, where))
     if unknown:
-        raise _unknown_keys_error(unknown, parser, launch)
-    return accelerate_config, launch_args, cli_launch, dropped
+        known = [
+            *field_options([ScriptArguments, ALGORITHMS[algorithm].config, ModelConfig]),
+            *(s[2:] for s in launch),
+        ]
+        raise unknown_options_error(
+            unknown,
+            [key for key in known if "-" not in key],  # the underscore spelling, as in the recipes
+            "a training argument (`pacs train --help`: ScriptArguments, PACSConfig or GRPOConfig, ModelConfig) nor a "
+            "launch key (accelerate_config, or an option of `accelerate launch` such as num_processes)",
+        )
+    return accelerate_config, launch_args, dropped
 
 
 def read_recipe(argv: list[str] | None = None, prog: str = "pacs train") -> Recipe:
-    """Parse `--config RECIPE` plus overrides; `algorithm` (from either) picks the config class (`ALGORITHMS`).
+    """Parse `--config RECIPE` plus overrides, once; `algorithm` (from either) picks the config class (`ALGORITHMS`).
 
-    Keys that are neither training arguments nor launch keys are an error naming the closest valid keys, raised before
-    any value is checked; a PACS recipe run as the GRPO baseline (`--algorithm grpo`) drops the PACS settings its
-    config lacks with a warning. Every error is a `ValueError` (or `FileNotFoundError`) of one message.
+    As TRL's `TrlParser.parse_args_and_config` does, in three steps, so that a key that is neither a training
+    argument nor a launch key is named (with the closest valid keys) before any value is checked: (1) the recipe's
+    keys become the parser's defaults, (2) the command line is parsed, (3) the keys left over are sorted (launch keys
+    set aside; PACS settings a GRPO run lacks dropped with a warning; any other is an error), and only then are the
+    argument classes built, which checks their values. Every error is a `ValueError` (or `FileNotFoundError`) of one
+    message.
     """
     argv = _resolve_config_argument(sys.argv[1:] if argv is None else argv)
-    algorithm = "pacs"
-    if not {"-h", "--help"} & set(argv):
-        first = CommandParser(ScriptArguments, prog=prog)  # only `algorithm`; the rest below
-        script_args, _ = first.parse_args_and_config(argv, return_remaining_strings=True)
-        algorithm = script_args.algorithm
+    config, cli = _split_config(argv)
+    for key, value in (config.pop("env", None) or {}).items():  # TRL's recipe key `env`: environment variables
+        os.environ[key] = str(value)
+    algorithm = _algorithm(config, cli) if not {"-h", "--help"} & set(cli) else "pacs"
     parser = make_parser(algorithm, prog)
-    accelerate_config, launch_args, cli_launch, dropped = (
-        _sort_keys(parser, argv, algorithm) if not {"-h", "--help"} & set(argv) else (None, [], [], [])
-    )
+    config_rest = parser.set_defaults_with_config(**config)  # 1.
+    namespace, cli_rest = parser.parse_known_args(cli)  # 2. (`--help` prints the help and exits here)
+    accelerate_config, launch_args, dropped = _sort_keys(config_rest, cli_rest, algorithm)  # 3.
     try:
-        *parsed, _, _ = parser.parse_args_and_config(
-            argv, return_remaining_strings=True, separate_remaining_strings=True
-        )
+        arguments = [dtype(**{name: getattr(namespace, name) for name in field_options([dtype])})
+                     for dtype in parser.dataclass_types]  # fmt: skip
     except ValueError as error:
         if _asks_for_a_missing_gpu(error):
             raise ValueError(_no_gpu_message(argv, prog)) from error
         raise
-    recipe = Recipe(*parsed, launch_args=launch_args)
+    recipe = Recipe(*arguments, launch_args=launch_args, argv=argv)
     if dropped:
         logger.warning("algorithm=%s ignores the PACS settings %s", algorithm, " ".join(dropped))
     if accelerate_config is not None:
         recipe.accelerate_config = resolve_accelerate_config(accelerate_config)
-    recipe.train_argv = _subtract_subsequence(argv, cli_launch)
     return recipe
 
 
@@ -420,11 +423,12 @@ def launch_setting(recipe: Recipe, name: str, default=None, config_file: bool = 
 def check_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_args: ModelConfig) -> None:
     """What the user named, checked in moments and before anything loads (by `pacs train`, in the process that
     launches accelerate too, so that a mistake ends there with one line, not on every rank; and by `pacs plan`, which
-    refuses what `pacs train` refuses): a model, the data file, the reward functions. (The checkpoint to resume from
+    refuses what `pacs train` refuses): a model, the data file, the reward functions, and the reward that
+    `dynamic_sampling_metric` names (before the data loads and the output folder is made). (The checkpoint to resume from
     is the resume decision's, `pacs.grpo.resume.resume_decision`, which `pacs train` makes once per process.) Raises
     `ValueError` or `FileNotFoundError` naming the fix."""
     from ..data import check_dataset_name
-    from ..grpo.checks import check_model_folder, check_model_path
+    from ..grpo.checks import check_dynamic_sampling, check_model_folder, check_model_path
     from ..rewards import get_reward_funcs
 
     if not model_args.model_name_or_path:
@@ -435,16 +439,7 @@ def check_inputs(script_args: ScriptArguments, training_args: GRPOConfig, model_
     check_model_path(model_args.model_name_or_path)
     check_model_folder(model_args.model_name_or_path)
     check_dataset_name(script_args.dataset_name)
-    get_reward_funcs(script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache)
-
-
-def _subtract_subsequence(items: list[str], subsequence: list[str]) -> list[str]:
-    """`items` without the ordered `subsequence` (TRL's `trl/cli/commands/training.py` does the same)."""
-    rest, it = [], iter(subsequence)
-    current = next(it, None)
-    for item in items:
-        if current is not None and item == current:
-            current = next(it, None)
-        else:
-            rest.append(item)
-    return rest
+    reward_funcs = get_reward_funcs(
+        script_args.reward_funcs, training_args.max_completion_length, script_args.soft_punish_cache
+    )
+    check_dynamic_sampling(training_args, None, reward_funcs)  # a metric names a reward: known before the data loads
