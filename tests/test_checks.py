@@ -19,6 +19,7 @@ from pacs.grpo._compat import TRL_REWARD_KWARGS
 from pacs.grpo.checks import check_model_path, check_train_dataset
 from pacs.grpo.guards import MAX_UNLABELED_BATCHES
 from pacs.rewards import format_reward, math_reward
+from tests.tool_calls import multiply
 
 
 def answer_reward(completions, answer, **kwargs):
@@ -692,20 +693,6 @@ def test_grpo_trainer_fails_where_the_environment_check_refuses(tool_model_dir, 
     monkeypatch.setattr(pacs, "PACSTrainer", GRPOTrainer)
     with pytest.raises((TypeError, ValueError), match=r"reset\(\)|environment=None|No columns in the dataset match"):
         _train_with_environments(tool_model_dir, tmp_path, _act_in_even_rows, **kwargs)
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiply two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-
-    Returns:
-        The product of the two integers.
-    """
-    return a * b
 
 
 def test_trainer_trains_with_tools(tool_model_dir, tmp_path):

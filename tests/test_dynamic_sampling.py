@@ -9,8 +9,6 @@
   deterministic; a resume inside a generation batch and one between two are exact.
 """
 
-import threading
-
 import pytest
 import torch
 from datasets import Dataset, IterableDataset
@@ -21,6 +19,7 @@ from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
 from pacs.grpo.dynamic_sampling import STATE_FILE as DYNAMIC_SAMPLING_STATE
 from pacs.grpo.dynamic_sampling import TopUpStream, assemble_rows, select_groups, uniform_signal
 from tests.recording import RecordingGRPO, RecordingPACS
+from tests.simulated_processes import two_processes
 from tests.tiny_config import tiny_pacs_config
 
 
@@ -109,32 +108,6 @@ def test_the_top_up_stream_is_deterministic_and_never_repeats_a_prompt_in_a_batc
     assert stream.draw(4, 3, lambda i: i, set()) is not None and stream.epoch == 1 and stream.position == 2
 
 
-def _two_processes(fn):
-    """Run `fn(process_index, gather)` on two threads that all-gather as two processes would."""
-    barrier, slots, results = threading.Barrier(2), {}, {}
-
-    def worker(p):
-        calls = 0
-
-        def gather(tensor):
-            nonlocal calls
-            slots[(calls, p)] = tensor
-            barrier.wait()
-            out = torch.cat([slots[(calls, 0)], slots[(calls, 1)]])
-            barrier.wait()
-            calls += 1
-            return out
-
-        results[p] = fn(p, gather)
-
-    threads = [threading.Thread(target=worker, args=(p,)) for p in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
 def test_assembly_over_two_processes_keeps_groups_whole_and_contiguous():
     G, n = 2, 4  # 2 processes x 4 rows: 4 groups per round; rows are labelled round*100 + global row
     widths = {0: [3, 5], 1: [4, 2]}  # completion width per (round, process): padded to the widest, 5
@@ -154,7 +127,7 @@ def test_assembly_over_two_processes_keeps_groups_whole_and_contiguous():
     def run(p, gather):
         return assemble_rows([round_batch(0, p), round_batch(1, p)], picks, G, p, gather, {"completion_ids": -1})
 
-    out = _two_processes(run)
+    out = two_processes(run)
     labels = torch.cat([out[0]["label"], out[1]["label"]]).tolist()
     assert labels == [106, 107, 0, 1, 102, 103, 4, 5]  # group g of round r: rows 2g, 2g+1
     for p in (0, 1):

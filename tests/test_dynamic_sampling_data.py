@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 from pacs import PACSTrainer
 from pacs.grpo import HardenedGRPOConfig, HardenedGRPOTrainer
 from pacs.grpo.dynamic_sampling import DynamicSampling, Round, TopUpStream, candidate_groups
+from tests.recording import RecordingGRPO
 from tests.tiny_config import tiny_pacs_config
 
 
@@ -190,22 +191,13 @@ def test_image_data_and_an_environment_without_data_are_refused_before_the_model
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class Recording(HardenedGRPOTrainer):
-    def _after_monitors(self, output, mode):
-        output = super()._after_monitors(output, mode)
-        if mode == "train":
-            self.batches = getattr(self, "batches", [])
-            self.batches.append({k: v.clone() for k, v in output.items() if isinstance(v, torch.Tensor)})
-        return output
-
-
 def test_num_tokens_counts_the_trained_batch_whenever_rounds_follow(tiny_model_dir, tmp_path):
     # round 1: Q0 mixed, Q1 hard; round 2 finds no mixed group, so the fallback keeps round 1's groups in order
     args = grpo_config(
         tmp_path, dynamic_sampling=True, dynamic_sampling_max_rounds=2, shuffle_dataset=False, max_steps=1,
         per_device_train_batch_size=8,
     )  # fmt: skip
-    trainer = Recording(model=tiny_model_dir, reward_funcs=said_yes, args=args, train_dataset=_prompts(12))
+    trainer = RecordingGRPO(model=tiny_model_dir, reward_funcs=said_yes, args=args, train_dataset=_prompts(12))
     _train(trainer, _mixed_reply)
     (entry,) = _ds_logs(trainer)
     assert (entry["pacs/ds/rounds"], entry["pacs/ds/fallback_groups"]) == (2, 1)

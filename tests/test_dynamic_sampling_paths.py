@@ -23,6 +23,7 @@ from pacs.grpo.dynamic_sampling import uniform_signal
 from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
 from tests.recording import RecordingGRPO as Recording  # the batch as assembled
 from tests.scripts.train_resume import resume_runs
+from tests.tool_calls import called_a_tool, multiply
 
 
 RESUME_SCRIPT = Path(__file__).parent / "scripts" / "train_resume.py"
@@ -84,24 +85,6 @@ def _scripted_generate(tokenizer, reply):
         return torch.cat([input_ids, torch.tensor(rows, device=input_ids.device)], dim=1)
 
     return generate
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiply two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-
-    Returns:
-        The product of the two integers.
-    """
-    return a * b
-
-
-def called_a_tool(completions, **kwargs):
-    return [float(any(message.get("tool_calls") for message in completion)) for completion in completions]
 
 
 class Level:

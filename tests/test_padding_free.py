@@ -24,6 +24,7 @@ from pacs.testing import build_qwen3_moe, build_tiny_tokenizer
 from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
 from tests.scripts.train_resume import resume_runs
 from tests.tiny_config import tiny_pacs_config
+from tests.tool_calls import called_a_tool, multiply
 
 
 def parity_reward(completions, **kwargs):
@@ -323,24 +324,6 @@ def tool_model_dir(tmp_path_factory) -> str:
     build_qwen3(tokenizer).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiply two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-
-    Returns:
-        The product of the two integers.
-    """
-    return a * b
-
-
-def called_a_tool(completions, **kwargs):
-    return [float(any(message.get("tool_calls") for message in completion)) for completion in completions]
 
 
 def tool_prompts():

@@ -4,7 +4,6 @@ own rows only, not the whole batch, with the same result as through an all-gathe
 
 import os
 import socket
-import threading
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from pacs.grpo.rows import move_rows, pad_value
+from tests.simulated_processes import two_processes
 
 
 N, PAD = 4, -1
@@ -54,27 +54,9 @@ def test_padding_rules():
 
 
 def test_through_a_gather_every_process_gets_its_rows():
-    barrier, slots, results = threading.Barrier(2), {}, {}
-
-    def worker(p):
-        calls = 0
-
-        def gather(tensor):
-            nonlocal calls
-            slots[(calls, p)] = tensor
-            barrier.wait()
-            out = torch.cat([slots[(calls, 0)], slots[(calls, 1)]])
-            barrier.wait()
-            calls += 1
-            return out
-
-        results[p] = move_rows([_rows(p)], _targets(p), N, p, gather, lambda key: pad_value(key, PAD))
-
-    threads = [threading.Thread(target=worker, args=(p,)) for p in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = two_processes(
+        lambda p, gather: move_rows([_rows(p)], _targets(p), N, p, gather, lambda key: pad_value(key, PAD))
+    )
     for p in (0, 1):
         _check(p, results[p])
 
