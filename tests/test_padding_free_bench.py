@@ -27,9 +27,10 @@ def test_smoke_run_measures_every_arm_and_renders(bench, tmp_path):
     padding_free, report = bench
     raw = padding_free.main(["--smoke", "--distributions", "long_tail", "equal", "--out-dir", str(tmp_path)])
     saved = json.loads((tmp_path / "padding_free_smoke.json").read_text())
-    assert saved["results"].keys() == {"long_tail", "equal"} == raw["results"].keys()
+    heads = {"long_tail", "equal", "long_tail/compact_head", "equal/compact_head"}  # both LM heads by default
+    assert saved["results"].keys() == heads == raw["results"].keys()
     tail, equal = saved["results"]["long_tail"], saved["results"]["equal"]
-    for res in (tail, equal):
+    for res in saved["results"].values():
         assert set(res["positions"]) == set(padding_free.ARMS)
         assert res["max_abs_dlogp"]["padded"] == 0.0 and max(res["max_abs_dlogp"].values()) < 1e-4  # fp32
         assert max(res["grad_max_rel_diff"].values()) < 1e-4
@@ -42,7 +43,8 @@ def test_smoke_run_measures_every_arm_and_renders(bench, tmp_path):
     assert tail["largest_over_mean"]["balanced"] <= tail["largest_over_mean"]["fixed"]
     md = (tmp_path / "padding_free_smoke.md").read_text()
     assert "## Targets (issue 54), judged from this run" in md and "| packed_one_row |" in md
-    assert md.count("**PASS**") + md.count("**FAIL**") == 7  # 3 per packed arm and the balance target
+    # 2 LM heads x 3 arms (packed, balanced, packed_one_row) x 3 targets (two at the long tail, one equal), the balance
+    assert md.count("**PASS**") + md.count("**FAIL**") == 19
     assert "AMD" in md or "Intel" in md or saved["info"]["cpu"] in md  # the CPU is named
     assert saved["info"]["cpu_flags_sha256"] in md and saved["info"]["torch"] in md
 

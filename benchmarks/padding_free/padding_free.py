@@ -1,7 +1,7 @@
 """What padding-free training saves on CPU (issue 54): one optimizer step's forward + backward, padded as TRL pads it,
 trimmed per micro-batch, packed, and packed with rows balanced by tokens.
 
-    nice python -m benchmarks.padding_free.padding_free                # ~25 min on 2 CPU cores shared at load 10-17
+    nice python -m benchmarks.padding_free.padding_free                # ~12 min on 2 CPU cores lightly loaded
     python -m benchmarks.padding_free.padding_free --smoke             # seconds (tests/test_padding_free_bench.py)
     python -m benchmarks.padding_free.padding_free_report              # redo padding_free.md from padding_free.json
 
@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import resource
 import subprocess
 import sys
 import time
@@ -200,6 +199,18 @@ def timed(fn) -> tuple[float, float]:
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
+def use_head(head: str) -> None:
+    """`compact`: TRL's fused LM head scores only the labelled positions (completion tokens), as it does on a GPU
+    (`trl.trainer.utils`: `compact = _use_triton(device)`, false on CPU); `full`: every position, as on a CPU."""
+    import trl.trainer.utils as trl_utils
+
+    from pacs.grpo import padding_free  # noqa: F401  (the layer's module imports trl's utils first)
+
+    if not hasattr(use_head, "cpu_default"):
+        use_head.cpu_default = trl_utils._use_triton
+    trl_utils._use_triton = (lambda device: True) if head == "compact" else use_head.cpu_default
+
+
 def setup(args, dist: str):
     shape = SMOKE_MODEL if args.smoke else MODEL
     rows, steps = args.micro_batch * args.accumulation, STEPS_PER_GENERATION.get(dist, 1)
@@ -215,10 +226,16 @@ def rss_child(args) -> dict:
     dist, arm = args.rss_child
     model, batch, _, completions = setup(args, dist)
     batches = micro_batches(batch, arm, args.accumulation)
-    base = int(next(ln for ln in open("/proc/self/status") if ln.startswith("VmRSS")).split()[1]) / 1024
+    base = _status_mib("VmRSS")
     step(model, batches, arm, sum(completions))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return {"baseline_mib": round(base, 1), "peak_mib": round(peak, 1)}
+    # VmHWM: this process's own peak (getrusage's ru_maxrss is inherited from the parent across fork + exec)
+    return {"baseline_mib": round(base, 1), "peak_mib": round(_status_mib("VmHWM"), 1)}
+
+
+def _status_mib(key: str) -> float:
+    """A `/proc/self/status` memory figure of this process, in MiB."""
+    with open("/proc/self/status") as f:
+        return int(next(ln for ln in f if ln.startswith(key + ":")).split()[1]) / 1024
 
 
 def measure(args, dist: str) -> dict:
@@ -262,7 +279,7 @@ def measure(args, dist: str) -> dict:
     result["times"] = times
     result["load_average"] = harness.load_average()
     # 3. peak RSS of one step per arm, each in a fresh process
-    if dist in args.rss:
+    if dist in args.rss and getattr(args, "head", "full") == "full":  # the child runs the CPU's full head
         result["rss"] = {}
         for arm in ARMS:
             cmd = [sys.executable, "-m", "benchmarks.padding_free.padding_free", *args.passthrough,
@@ -280,7 +297,10 @@ def parse(argv):
     parser.add_argument("--accumulation", type=int, default=4, help="micro-batches per optimizer step (GA)")
     parser.add_argument("--group", type=int, default=4, help="rows sharing a prompt (num_generations)")
     parser.add_argument("--max-completion-length", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--heads", nargs="+", default=["full", "compact"], choices=("full", "compact"),
+                        help="the fused LM head scoring every position (CPU) and/or only the completion tokens (as on a "
+                        "GPU); compact results are stored as DIST/compact_head")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
@@ -313,7 +333,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(json.dumps(rss_child(args)))
         return {}
     info = harness.machine_info()
-    settings = {k: v for k, v in vars(args).items() if k not in ("passthrough", "rss_child", "out_dir", "add", "rss")}
+    settings = {
+        k: v for k, v in vars(args).items() if k not in ("passthrough", "rss_child", "out_dir", "add", "rss", "heads")
+    }
     raw = {"info": info, "settings": settings, "model": SMOKE_MODEL if args.smoke else MODEL,
            "command": "python -m benchmarks.padding_free.padding_free " + " ".join(argv or sys.argv[1:]),
            "results": {}}  # fmt: skip
@@ -328,11 +350,17 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"--add: {out} was measured with other settings: {kept['settings']}")
         raw["results"], raw["info"] = kept["results"], kept["info"] | {"added": info}
         raw["command"] = f"{kept['command']}; then {raw['command']}"
-    for dist in args.distributions:
-        started = time.perf_counter()
-        raw["results"][dist] = measure(args, dist)
-        print(f"{dist}: {time.perf_counter() - started:.0f} s", flush=True)
-        out.write_text(json.dumps(raw, indent=1) + "\n")  # after each distribution: a partial run keeps its results
+    for head in args.heads:
+        use_head(head)
+        args.head = head
+        for dist in args.distributions:
+            started, key = time.perf_counter(), dist if head == "full" else f"{dist}/compact_head"
+            raw["results"][key] = measure(args, dist)
+            print(f"{key}: {time.perf_counter() - started:.0f} s", flush=True)
+            out.write_text(
+                json.dumps(raw, indent=1) + "\n"
+            )  # after each distribution: a partial run keeps its results
+    use_head("full")
     raw["info"]["load_average_end"] = harness.load_average()
     out.write_text(json.dumps(raw, indent=1) + "\n")
     from benchmarks.padding_free import padding_free_report

@@ -17,7 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ARMS = ("padded", "trimmed", "packed", "packed_one_row", "balanced")
-DESCRIPTION = {
+DESCRIPTION = {  # a `/compact_head` key: the same lengths, the LM head scoring completion tokens only
     "long_tail": "long tail: completions log-normal (sigma 1, mean 20% of the maximum before the cap), capped at "
     "max_completion_length; prompts uniform in [32, 128]",
     "long_tail_4_steps": "the same long tail, with 4 optimizer steps per generation batch (the recipes' setting): TRL "
@@ -41,36 +41,84 @@ def verdict(ok: bool) -> str:
     return "**PASS**" if ok else "**FAIL**"
 
 
+def _ideal(res: dict) -> str:
+    """What even a perfect packing computes: the real tokens' share of the padded positions."""
+    share = res["real_tokens"] / res["positions"]["padded"]
+    return f" (unreachable at this draw: real tokens are {share:.1%} of the padded positions)" if share > 0.5 else ""
+
+
 def targets(results: dict) -> list[str]:
-    """The issue's targets for `packed` (the layer's default on sdpa: rows no longer than the longest sequence) and
-    `packed_one_row` (flash-attention's layout, on sdpa), at each long-tail distribution measured."""
+    """The issue's targets for `packed` (the layer's packed forward on sdpa: rows no longer than the longest sequence)
+    and `balanced` (what the trainer runs by default with `padding_free`: the same, rows regrouped by tokens), for
+    each LM head measured; `packed_one_row` (flash-attention's layout, measured on sdpa) for information only."""
     lines = []
-    tails = [name for name in ("long_tail", "long_tail_4_steps") if name in results]
-    equal = results.get("equal")
-    for arm in ("packed", "packed_one_row"):
-        for name in tails:
-            tail = results[name]
-            r = statistics.median(ratios(tail["times"], arm, "cpu"))
-            tokens = tail["positions"][arm] / tail["positions"]["padded"]
-            lines.append(f"- {name}, {arm} / padded CPU time per step (median) <= 0.5: {r:.3f} {verdict(r <= 0.5)}")
-            lines.append(
-                f"- {name}, {arm} / padded time <= 1.3x the token ratio ({tokens:.3f}, so <= {1.3 * tokens:.3f}): "
-                f"{r:.3f} = {r / tokens:.2f}x {verdict(r <= 1.3 * tokens)}"
+    for suffix, head in (("", "full head (CPU)"), ("/compact_head", "completions-only head (as on a GPU)")):
+        tails = [n for n in ("long_tail", "long_tail_4_steps") if n + suffix in results]
+        equal = results.get("equal" + suffix)
+        if not tails and not equal:
+            continue
+        lines.append(f"{head}:")
+        for arm in ("packed", "balanced", "packed_one_row"):
+            note = " (informational: one row is sdpa's worst layout; says nothing of varlen)" * (
+                arm == "packed_one_row"
             )
-        if equal:
-            r = statistics.median(ratios(equal["times"], arm, "cpu"))
-            lines.append(f"- equal lengths, {arm} / padded CPU time per step (median) <= 1.05: {r:.3f} "
-                         f"{verdict(r <= 1.05)}")  # fmt: skip
-    for name in tails:
+            for name in tails:
+                tail = results[name + suffix]
+                r = statistics.median(ratios(tail["times"], arm, "cpu"))
+                tokens = tail["positions"][arm] / tail["positions"]["padded"]
+                lines.append(f"- {name}, {arm} / padded CPU time per step (median) <= 0.5: {r:.3f} "
+                             f"{verdict(r <= 0.5)}{_ideal(tail) if r > 0.5 else ''}{note}")  # fmt: skip
+                lines.append(
+                    f"- {name}, {arm} / padded time <= 1.3x the token ratio ({tokens:.3f}, so <= {1.3 * tokens:.3f}): "
+                    f"{r:.3f} = {r / tokens:.2f}x {verdict(r <= 1.3 * tokens)}{note}"
+                )
+            if equal:
+                cpu = ratios(equal["times"], arm, "cpu")
+                r = statistics.median(cpu)
+                lines.append(f"- equal lengths, {arm} / padded CPU time per step (median) <= 1.05: {r:.3f} (range "
+                             f"{min(cpu):.3f}-{max(cpu):.3f}) {verdict(r <= 1.05)}{note}")  # fmt: skip
+        lines.append("")
+    for name in [n for n in ("long_tail", "long_tail_4_steps") if n in results]:
         b = results[name]["largest_over_mean"]["balanced"]
         lines.append(f"- {name}, real tokens per micro-batch with balancing, largest / mean <= 1.25: {b:.3f} "
-                     f"(fixed: {results[name]['largest_over_mean']['fixed']:.3f}) {verdict(b <= 1.25)}")  # fmt: skip
+                     f"(fixed: {results[name]['largest_over_mean']['fixed']:.3f}) {verdict(b <= 1.25)} (a proxy: "
+                     "what balancing buys, ranks not waiting on each other, cannot show in one process)")  # fmt: skip
     return lines
+
+
+NOTES = [
+    "## What a step is, and what this does not show",
+    "",
+    "- A step here is the training forward + backward only. The no-grad forwards of a generation batch (old and "
+    "reference log-probs, PACS's pi_ref anchor, the split path's) are not timed; the backbone-only ratio (forward, no "
+    "grad, no LM head) is their proxy.",
+    "- On a CPU, TRL's fused LM head projects every position (pads and prompt included); on a GPU it scores the "
+    "completion tokens only. The full-head ratios therefore overstate a GPU's gain; the `/compact_head` rows patch "
+    "TRL's choice (`_use_triton`) so that the head scores completion tokens only, as on a GPU.",
+    "- Rows of a group stay consecutive (PACS's group-preserving shuffle); TRL's GRPO shuffles rows, which widens "
+    "`trimmed` a little and leaves `padded` unchanged.",
+    "- Not measured here: flash-attention varlen (one packed row, no mask), bf16 (Δ log p is fp32), a 4B/8B model at "
+    "9k-token sequences (where attention's share of the cost differs), GPU kernels and memory, the host copy `pack` "
+    "makes per forward, balancing across ranks. The GPU check's `padding_free` section measures some of these; it "
+    "has not run on a GPU yet.",
+    "",
+    "## History",
+    "",
+    "The first run of this benchmark (commit 6bc69ea) had the layer pack one row per micro-batch on sdpa: 0.741x the "
+    "padded step at the long tail and 1.935x at equal lengths (dense attention over the whole packed row). The "
+    "`long_tail_4_steps` distribution was added after that run (the recipes' 4 optimizer steps per generation), and "
+    "the sdpa default changed to rows no longer than the longest sequence (4c3cd7b); `packed_one_row` is the old "
+    "layout. A review of the second run found its peak RSS inherited from the parent process (fixed: VmHWM), the "
+    "CPU head's exaggeration (the `/compact_head` rows) and this history missing; this is the third run.",
+    "",
+]
 
 
 def distribution(name: str, res: dict) -> list[str]:
     padded = res["positions"]["padded"]
-    lines = [f"### {name}", "", DESCRIPTION.get(name, name) + ".", ""]
+    base, _, head = name.partition("/")
+    text = DESCRIPTION.get(base, base) + ("; the LM head scores completion tokens only (as on a GPU)" if head else "")
+    lines = [f"### {name}", "", text + ".", ""]
     p, c = res["prompt_lengths"], res["completion_lengths"]
     lines.append(
         f"{len(c)} rows; completions mean {statistics.mean(c):.0f}, max {max(c)}; prompts {min(p)}-{max(p)}; "
@@ -115,7 +163,7 @@ def render(raw: dict) -> str:
         f"{m['intermediate_size']}, vocabulary {m['vocab_size']}, tied embeddings, sdpa, float32, TRL's fused LM head "
         f"(log-probs and entropies). An optimizer step: {s['accumulation']} micro-batches of {s['micro_batch']} rows "
         f"(one step per generation batch), groups of {s['group']}, max_completion_length "
-        f"{s['max_completion_length']}; {s['repeats']} timed repetitions after {s['warmup']} warm-up, arms "
+        f"{s['max_completion_length']}; seed {s['seed']}; {s['repeats']} timed repetitions after {s['warmup']} warm-up, arms "
         "interleaved in a rotating order; forward + backward of the step.",
         "",
         "Arms: `padded` (TRL 1.16: the generation batch padded once, micro-batches sliced), `trimmed` (each micro-batch "
@@ -125,12 +173,20 @@ def render(raw: dict) -> str:
         "`balanced` (packed, rows regrouped by tokens over the step's micro-batches). Token ratio: positions the backbone "
         "computes / padded's. Ratios are per repetition against padded's, CPU time of the process. The backbone-only "
         "ratio is the model body's forward without grad and without the LM head. Δ log p and the gradient: against "
-        "padded, fp32. Peak RSS: one step in a fresh process.",
+        "padded, fp32. Peak RSS: one step in a fresh process (its own high-water mark, VmHWM), full head.",
         "",
     ]
     if raw.get("demo_source"):
         lines += [f"Distribution `demo`: {raw['demo_source']}.", ""]
-    lines += ["## Targets (issue 54), judged from this run", "", *targets(raw["results"]), "", "## Results", ""]
+    lines += [
+        "## Targets (issue 54), judged from this run",
+        "",
+        *targets(raw["results"]),
+        "",
+        *NOTES,
+        "## Results",
+        "",
+    ]
     for name, res in raw["results"].items():
         lines += distribution(name, res)
     return "\n".join(lines)
