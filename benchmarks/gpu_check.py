@@ -485,7 +485,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes, the same code paths")
     parser.add_argument("--out-dir", default=None, help="default: benchmarks/results/gpu (GPU), outputs/gpu_check")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated, of " + ", ".join(SECTIONS))
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 480 GPU, 900 rehearsing)")
+    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 480 GPU, 1500 rehearsing: a loaded 2-core CI machine)")
     parser.add_argument("--verify", metavar="JSON", help="check a gpu_check.json as make gpu-rehearsal does")
     parser.add_argument("--zero3-worker", metavar="OUT_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -503,7 +503,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     if not cuda() and not args.rehearse:
         parser.error("no CUDA device here: run on a GPU, or rehearse the check on CPU with --rehearse")
-    budget = args.time_budget or (900.0 if args.rehearse else 480.0)
+    budget = args.time_budget or (1500.0 if args.rehearse else 480.0)
     out_dir = Path(args.out_dir or ("benchmarks/results/gpu" if cuda() else "outputs/gpu_check"))
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
