@@ -485,7 +485,12 @@ def main(argv=None) -> int:
     parser.add_argument("--rehearse", action="store_true", help="CPU, tiny shapes, the same code paths")
     parser.add_argument("--out-dir", default=None, help="default: benchmarks/results/gpu (GPU), outputs/gpu_check")
     parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated, of " + ", ".join(SECTIONS))
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds (default: 480 GPU, 1500 rehearsing: a loaded 2-core CI machine)")
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="seconds (default: 480 GPU, 1500 rehearsing: a loaded 2-core CI machine)",
+    )
     parser.add_argument("--verify", metavar="JSON", help="check a gpu_check.json as make gpu-rehearsal does")
     parser.add_argument("--zero3-worker", metavar="OUT_JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
