@@ -331,8 +331,9 @@ def test_benchmarks_against_trls_grpo_build_trls_own_grpo_trainer():
     for path in BENCHMARKS.rglob("*.py"):  # the layer appears only under its own name, never as "grpo"
         text = path.read_text()
         assert "Hardened" not in text or "hardened_grpo" in text, f"{path.relative_to(BENCHMARKS)}: a GRPO not TRL's"
-    # smollm_compare runs `pacs demo --algorithm grpo`
-    assert "from trl import GRPOTrainer as trainer_cls" in inspect.getsource(demo), "pacs demo's GRPO is not TRL's"
+    # smollm_compare runs `pacs demo --algorithm trl_grpo`: TRL's own GRPOTrainer, imported from trl by that name
+    assert demo.TRAINERS["trl_grpo"] == "GRPOTrainer", "pacs demo's GRPO is not TRL's"
+    assert 'import_module("pacs" if algorithm == "pacs" else "trl")' in inspect.getsource(demo)
 
 
 def test_warm_starts_are_pinned_and_a_changed_file_is_refused(tmp_path, monkeypatch):

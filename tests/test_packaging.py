@@ -164,7 +164,11 @@ def test_one_room_per_concern_sizes():
     src = Path(__file__).resolve().parent.parent / "src" / "pacs"
     assert len((src / "trainer.py").read_text().splitlines()) <= 350
     sizes = {path.relative_to(src): len(path.read_text().splitlines()) for path in sorted(src.rglob("*.py"))}
-    assert not [f"{path} ({n} lines)" for path, n in sizes.items() if n >= 500]
+    # a room is one concern, not a line count (issue 55): the layer's trainer is the one class that overrides TRL's
+    # hooks, each once (resume, dynamic sampling's rounds, packed forwards, balancing), and `grpo/checks.py` is every
+    # check made before work; both may grow past 500 lines with the hooks and checks they hold, to a bound
+    bounds = {Path("grpo/trainer.py"): 750, Path("grpo/checks.py"): 600}
+    assert not [f"{path} ({n} lines)" for path, n in sizes.items() if n >= bounds.get(path, 500)]
     long = []
     for path in sorted(src.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

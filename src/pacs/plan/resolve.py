@@ -146,16 +146,30 @@ def resolve_run(
         save_steps=args.save_steps,
         save_total_limit=args.save_total_limit,
         save_only_model=bool(args.save_only_model),
-        evaluates=not str(args.eval_strategy).lower().endswith("no"),
-        eval_benchmark=_get(script_args, "eval_benchmark"),
-        eval_limit=_get(script_args, "eval_limit"),
-        eval_steps=args.eval_steps,
-        num_generations_eval=args.num_generations_eval or args.num_generations,
-        per_device_eval_batch_size=args.per_device_eval_batch_size,
-        padding_free=bool(_get(args, "padding_free", False)),
-        padding_free_max_tokens_per_row=_get(args, "padding_free_max_tokens_per_row"),
-        attn_implementation=_get(model_args, "attn_implementation"),
+        **_evaluation(script_args, args),
+        **_padding(args, model_args),
     )
+
+
+def _evaluation(script_args, args) -> dict:
+    """What the plan's evaluation rows read: whether and what the run evaluates, and its batch."""
+    return {
+        "evaluates": not str(args.eval_strategy).lower().endswith("no"),
+        "eval_benchmark": _get(script_args, "eval_benchmark"),
+        "eval_limit": _get(script_args, "eval_limit"),
+        "eval_steps": args.eval_steps,
+        "num_generations_eval": args.num_generations_eval or args.num_generations,
+        "per_device_eval_batch_size": args.per_device_eval_batch_size,
+    }
+
+
+def _padding(args, model_args) -> dict:
+    """What the plan's padding section reads: `padding_free`, its row budget, the attention implementation."""
+    return {
+        "padding_free": bool(_get(args, "padding_free", False)),
+        "padding_free_max_tokens_per_row": _get(args, "padding_free_max_tokens_per_row"),
+        "attn_implementation": _get(model_args, "attn_implementation"),
+    }
 
 
 def batch_arithmetic(args, world_size: int | None = None) -> dict[str, float]:
