@@ -25,3 +25,15 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from pacs.testing import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+@pytest.fixture(scope="session")
+def tool_model_dir(tmp_path_factory) -> str:
+    """The tiny Qwen3 with TRL's Qwen3 chat template, whose tool calls TRL can parse (the tool-calling tests)."""
+    from pacs.testing import build_qwen3, build_tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-qwen3-tools")
+    tokenizer = build_tiny_tokenizer(tool_calling=True)
+    build_qwen3(tokenizer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)

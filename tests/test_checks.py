@@ -493,18 +493,6 @@ class EchoEnvironment:
         return text.upper()
 
 
-@pytest.fixture(scope="module")
-def tool_model_dir(tmp_path_factory) -> str:
-    """The tiny Qwen3 with TRL's Qwen3 chat template, whose tool calls TRL can parse."""
-    from pacs.testing import build_qwen3, build_tiny_tokenizer
-
-    path = tmp_path_factory.mktemp("tiny-qwen3-tools")
-    tokenizer = build_tiny_tokenizer(tool_calling=True)
-    build_qwen3(tokenizer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def _scripted_generate(tokenizer, reply):
     """A stand-in for `model.generate`: row i of the batch gets `reply(prompt text, i)` (then eos and padding)."""
 

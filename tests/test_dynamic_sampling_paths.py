@@ -58,18 +58,6 @@ def _ds_logs(trainer) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tool_model_dir(tmp_path_factory) -> str:
-    """The tiny Qwen3 with TRL's Qwen3 chat template, whose tool calls TRL can parse."""
-    from pacs.testing import build_qwen3, build_tiny_tokenizer
-
-    path = tmp_path_factory.mktemp("tiny-qwen3-tools")
-    tokenizer = build_tiny_tokenizer(tool_calling=True)
-    build_qwen3(tokenizer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def _tool_call(name, **arguments) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 

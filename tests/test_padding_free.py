@@ -315,17 +315,6 @@ def test_training_with_padding_free_matches_the_padded_run(request, tiny_model_d
         assert on[2]._pacs_split
 
 
-@pytest.fixture(scope="module")
-def tool_model_dir(tmp_path_factory) -> str:
-    from pacs.testing import build_qwen3
-
-    path = tmp_path_factory.mktemp("tiny-qwen3-tools")
-    tokenizer = build_tiny_tokenizer(tool_calling=True)
-    build_qwen3(tokenizer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def tool_prompts():
     return Dataset.from_dict(
         {"prompt": [[{"role": "user", "content": f"{i} times 4?" + " Think." * (i % 4) * 5}] for i in range(24)]}
