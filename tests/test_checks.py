@@ -19,7 +19,7 @@ from pacs.grpo._compat import TRL_REWARD_KWARGS
 from pacs.grpo.checks import check_model_path, check_train_dataset
 from pacs.grpo.guards import MAX_UNLABELED_BATCHES
 from pacs.rewards import format_reward, math_reward
-from tests.tool_calls import multiply
+from tests.tool_calls import multiply, scripted_generate
 
 
 def answer_reward(completions, answer, **kwargs):
@@ -493,19 +493,6 @@ class EchoEnvironment:
         return text.upper()
 
 
-def _scripted_generate(tokenizer, reply):
-    """A stand-in for `model.generate`: row i of the batch gets `reply(prompt text, i)` (then eos and padding)."""
-
-    def generate(input_ids, **kwargs):
-        prompts = tokenizer.batch_decode(input_ids)
-        rows = [tokenizer.encode(reply(text, i)) + [tokenizer.eos_token_id] for i, text in enumerate(prompts)]
-        width = max(map(len, rows))
-        rows = [row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows]
-        return torch.cat([input_ids, torch.tensor(rows, device=input_ids.device)], dim=1)
-
-    return generate
-
-
 def _tool_call(name, **arguments):
     import json
 
@@ -522,7 +509,7 @@ def _train_with_environments(model_dir, tmp_path, reply, **kwargs):
     config = {"max_steps": 4, "num_generations": 2, "max_completion_length": 64, **kwargs.pop("config", {})}
     trainer = PACSTrainer(model=model_dir, args=tiny_pacs_config(tmp_path / "out", **config), **kwargs)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-    with patch.object(trainer.model, "generate", side_effect=_scripted_generate(trainer.processing_class, reply)):
+    with patch.object(trainer.model, "generate", side_effect=scripted_generate(trainer.processing_class, reply)):
         trainer.train()
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)]
     return trainer, changed

@@ -23,7 +23,7 @@ from pacs.grpo.dynamic_sampling import uniform_signal
 from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
 from tests.recording import RecordingGRPO as Recording  # the batch as assembled
 from tests.scripts.train_resume import resume_runs
-from tests.tool_calls import called_a_tool, multiply
+from tests.tool_calls import called_a_tool, multiply, scripted_generate
 
 
 RESUME_SCRIPT = Path(__file__).parent / "scripts" / "train_resume.py"
@@ -60,19 +60,6 @@ def _ds_logs(trainer) -> list[dict]:
 
 def _tool_call(name, **arguments) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-def _scripted_generate(tokenizer, reply):
-    """A stand-in for `model.generate`: row i of the batch gets `reply(prompt text, i)` (then eos and padding)."""
-
-    def generate(input_ids, **kwargs):
-        prompts = tokenizer.batch_decode(input_ids)
-        rows = [tokenizer.encode(reply(text, i)) + [tokenizer.eos_token_id] for i, text in enumerate(prompts)]
-        width = max(map(len, rows))
-        rows = [row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows]
-        return torch.cat([input_ids, torch.tensor(rows, device=input_ids.device)], dim=1)
-
-    return generate
 
 
 class Level:
@@ -154,7 +141,7 @@ def test_tools_and_environments_top_up_per_round_and_train_on_mixed_groups(tool_
     Level.resets = 0
     trainer = Recording(model=tool_model_dir, args=grpo_config(tmp_path), **CASES[case]["kwargs"]())
     tokenizer = trainer.processing_class
-    with patch.object(trainer.model, "generate", side_effect=_scripted_generate(tokenizer, CASES[case]["reply"])):
+    with patch.object(trainer.model, "generate", side_effect=scripted_generate(tokenizer, CASES[case]["reply"])):
         trainer.train()
     logs = _ds_logs(trainer)
     assert len(trainer.batches) == len(logs) == 3

@@ -24,7 +24,7 @@ from pacs.testing import build_qwen3_moe, build_tiny_tokenizer
 from tests.launching import ZERO3_CPU_ACCELERATE_CONFIG, accelerate_launch, run_launched
 from tests.scripts.train_resume import resume_runs
 from tests.tiny_config import tiny_pacs_config
-from tests.tool_calls import called_a_tool, multiply
+from tests.tool_calls import called_a_tool, multiply, scripted_generate
 
 
 def parity_reward(completions, **kwargs):
@@ -321,9 +321,9 @@ def tool_prompts():
     )
 
 
-def _scripted_generate(tokenizer):
-    """A stand-in for `model.generate` (as tests/test_dynamic_sampling_paths.py's): even rows call the tool, then reply
-    after its response; odd rows answer at once."""
+def _tool_reply():
+    """Row i's reply (as tests/test_dynamic_sampling_paths.py's): even rows call the tool, then reply after its
+    response; odd rows answer at once."""
     call = json.dumps({"name": "multiply", "arguments": {"a": 3, "b": 4}})
 
     def reply(prompt, i):
@@ -331,14 +331,7 @@ def _scripted_generate(tokenizer):
             return "It is 12. " * (1 + i % 3)
         return f"<tool_call>\n{call}\n</tool_call>" if i % 2 == 0 else "No."
 
-    def generate(input_ids, **kwargs):
-        prompts = tokenizer.batch_decode(input_ids)
-        rows = [tokenizer.encode(reply(text, i)) + [tokenizer.eos_token_id] for i, text in enumerate(prompts)]
-        width = max(map(len, rows))
-        rows = [row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows]
-        return torch.cat([input_ids, torch.tensor(rows, device=input_ids.device)], dim=1)
-
-    return generate
+    return reply
 
 
 def test_tools_with_padding_free_match_the_padded_run(tool_model_dir, tmp_path):
@@ -355,7 +348,9 @@ def test_tools_with_padding_free_match_the_padded_run(tool_model_dir, tmp_path):
             model=tool_model_dir, reward_funcs=called_a_tool, tools=[multiply], args=args, train_dataset=tool_prompts()
         )
         before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
-        with patch.object(trainer.model, "generate", side_effect=_scripted_generate(trainer.processing_class)):
+        with patch.object(
+            trainer.model, "generate", side_effect=scripted_generate(trainer.processing_class, _tool_reply())
+        ):
             trainer.train()
         runs.append((before, torch.cat([p.detach().flatten() for p in trainer.model.parameters()]), trainer))
     (before, off, _), (_, on, trainer) = runs
