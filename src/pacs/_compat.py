@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 from packaging.version import Version
 
-from .grpo._compat import MULTIMODAL_KEYS, TRL_RANGE, activation_checkpointing_field, unset_state
+from .grpo._compat import MULTIMODAL_KEYS, activation_checkpointing_field, require_trl, unset_state
 
 
 __all__ = [
@@ -104,7 +104,6 @@ tokenizer, `_tokenizer`, which the split path's row exchange pads with, is the l
 def check_trl() -> None:
     """Fail at import, with a fix, if the installed TRL lacks what only `PACSTrainer` overrides or reads (the layer's
     own names are `pacs.grpo._compat.check_trl`'s)."""
-    import trl
     from trl import GRPOTrainer
     from trl.trainer import grpo_trainer as _grpo_module
 
@@ -112,14 +111,7 @@ def check_trl() -> None:
     missing += unset_state([GRPOTrainer], _PACS_STATE)
     if not hasattr(_grpo_module, "shuffle_sequence_dict"):
         missing.append("trl.trainer.grpo_trainer.shuffle_sequence_dict")
-    low, high = TRL_RANGE
-    if missing or not (low <= Version(trl.__version__) < high):
-        raise ImportError(
-            f"pacs needs trl>={low},<{high} (GRPOTrainer with {', '.join(_PACS_OVERRIDDEN)}); found trl "
-            f"{trl.__version__}"
-            + (f" without {', '.join(missing)}" if missing else "")
-            + f'. Install a supported version: pip install "trl>={low},<{high}".'
-        )
+    require_trl("pacs", missing, needs=f" (GRPOTrainer with {', '.join(_PACS_OVERRIDDEN)})")
 
 
 def elastic_restart_env(torch_version: str, endpoint: str) -> dict[str, str]:

@@ -84,6 +84,7 @@ __all__ = [
     "only_tied_keys_missing",
     "prefer_activation_checkpointing",
     "replace_method",
+    "require_trl",
     "unset_state",
 ]
 
@@ -195,16 +196,25 @@ def check_trl() -> None:
     """Fail at import, with a fix, if the installed TRL (or transformers) lacks a private name the layer overrides,
     calls or reads, or TRL is outside `TRL_RANGE`."""
     import transformers
+
+    require_trl(
+        "pacs.grpo", missing_names(), found=f" with transformers {transformers.__version__}",
+        install=" (and the transformers it requires)",
+    )  # fmt: skip
+
+
+def require_trl(who: str, missing: list[str], needs: str = "", found: str = "", install: str = "") -> None:
+    """Raise `ImportError` naming `who`, the supported TRL range, what the installed TRL (`found` adds to it) lacks
+    and the install command (`install` adds to it), when `missing` is not empty or TRL is outside `TRL_RANGE`; the
+    one refusal of both checks (the layer's and `pacs._compat`'s)."""
     import trl
 
-    missing = missing_names()
     low, high = TRL_RANGE
     if missing or not (low <= Version(trl.__version__) < high):
         raise ImportError(
-            f"pacs.grpo needs trl>={low},<{high}; found trl {trl.__version__} with transformers "
-            f"{transformers.__version__}"
+            f"{who} needs trl>={low},<{high}{needs}; found trl {trl.__version__}{found}"
             + (f" without {', '.join(missing)}" if missing else "")
-            + f'. Install a supported version: pip install "trl>={low},<{high}" (and the transformers it requires).'
+            + f'. Install a supported version: pip install "trl>={low},<{high}"{install}.'
         )
 
 
