@@ -279,6 +279,17 @@ def report(runs: list[dict], meta: dict) -> str:
     return "\n".join(lines)
 
 
+# torch.distributed's rendezvous variables. TRL's colocate mode sets them in the process that runs it (RANK, WORLD_SIZE,
+# MASTER_PORT=29500 when free) and keeps that port bound: a worker that inherited them would join that process's group
+# or fail with EADDRINUSE (the vLLM tier calls `main` in the pytest process after its colocate tests).
+DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def worker_env() -> dict[str, str]:
+    """This process's environment for a worker, less torch.distributed's rendezvous: each worker is a run of its own."""
+    return {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV}
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-config", choices=[k for k in MODEL_CONFIGS if k != "smoke"], default="qwen3-0.6b")
@@ -327,7 +338,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     "--steps",
                     str(steps),
                 ]
-                subprocess.run(cmd + (["--smoke"] if args.smoke else []), check=True)
+                subprocess.run(cmd + (["--smoke"] if args.smoke else []), check=True, env=worker_env())
                 run = json.loads(Path(out_json).read_text())
                 run["repeat"] = rep
                 runs.append(run)

@@ -442,6 +442,27 @@ def test_ds_cost_smoke(tmp_path, capsys):
         assert c["fallback_groups"] == needed and f"**{c['generated_per_trained_mean']:.2f}**" in md
 
 
+def test_vllm_gpu_check_workers_start_outside_the_callers_process_group(tmp_path, monkeypatch):
+    """The CI failure of 2026-12-07: the vLLM tier calls `vllm_gpu_check.main` in the pytest process after colocate
+    tests, which left RANK/WORLD_SIZE/MASTER_PORT set and the port bound; a worker that inherits them fails at
+    `TrainingArguments` with EADDRINUSE. Here the caller holds a bound port named in those variables."""
+    import socket
+
+    vllm_gpu_check = _load("vllm_gpu_check")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for key, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1").items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        env = vllm_gpu_check.worker_env()
+        assert not set(vllm_gpu_check.DISTRIBUTED_ENV) & set(env) and env["PATH"] == __import__("os").environ["PATH"]
+        start = "from transformers import TrainingArguments; TrainingArguments(output_dir='o', use_cpu=True).device"
+        run = subprocess.run([sys.executable, "-c", start], env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+
+
 def _runnable_scripts() -> list[str]:
     """Every module under benchmarks/ that runs as a command (it has a `__main__` block), as `benchmarks.<...>`."""
     return sorted(
