@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.warm_starts import registry
+
 
 DEFAULT_WARM_START = "dense-s105"  # benchmarks/warm_starts/: pinned, with its sha256
 COMPLETION_TOKENS = 32  # 3 columns x "a+b+c=dd" + 2 commas + ">" + 4 answer digits + eos
@@ -175,10 +177,8 @@ def warm_start(args, t) -> tuple[str, dict]:
     if getattr(args, "smoke", False):
         meta = sft_warm_start(args, t["tokenizer"], t["sft"], t["dev"], t["test"])
         return str(Path(args.work_dir) / "sft"), {"name": "smoke (unpinned)", "sha256": None, **meta}
-    from benchmarks.warm_starts import warm_starts
-
-    path, entry = warm_starts.load(args.warm_start)
-    return path, warm_starts.record(args.warm_start, entry)
+    path, entry = registry.load(args.warm_start)
+    return path, registry.record(args.warm_start, entry)
 
 
 def add_task_args(p: argparse.ArgumentParser) -> None:

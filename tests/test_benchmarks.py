@@ -337,30 +337,30 @@ def test_benchmarks_against_trls_grpo_build_trls_own_grpo_trainer():
 
 
 def test_warm_starts_are_pinned_and_a_changed_file_is_refused(tmp_path, monkeypatch):
-    ws = _load("warm_starts/warm_starts")
-    entries = ws.registry()
+    ws, reg = _load("warm_starts/warm_starts"), _load("warm_starts/registry")
+    entries = reg.registry()
     assert {"dense-s105", "sparse-s80"} <= set(entries)
     for name, entry in entries.items():  # every committed file hashes to the registry
-        path, _ = ws.load(name)
-        assert Path(path, ws.MODEL_FILE).exists() and entry["files"][ws.MODEL_FILE]
+        path, _ = reg.load(name)
+        assert Path(path, reg.MODEL_FILE).exists() and entry["files"][reg.MODEL_FILE]
     # the sparse one is sparse: at least twice the dense one's all-wrong share at step 0 (G 8, temperature 1)
     assert entries["sparse-s80"]["groups"]["all_wrong"] >= 2 * entries["dense-s105"]["groups"]["all_wrong"]
     # a copy with one byte changed is refused, naming the file; a missing one too; an unknown name lists the known
     copy = tmp_path / "dense-s105"
     copy.mkdir()
-    for f in Path(ws.HERE, "dense-s105").iterdir():
+    for f in Path(reg.HERE, "dense-s105").iterdir():
         (copy / f.name).write_bytes(f.read_bytes())
     data = bytearray((copy / "config.json").read_bytes())
     data[-2] ^= 1
     (copy / "config.json").write_bytes(bytes(data))
-    monkeypatch.setattr(ws, "HERE", tmp_path)
-    with pytest.raises(ws.WarmStartError, match="config.json has sha256"):
-        ws.load("dense-s105")
+    monkeypatch.setattr(reg, "HERE", tmp_path)
+    with pytest.raises(reg.WarmStartError, match="config.json has sha256"):
+        reg.load("dense-s105")
     (copy / "config.json").unlink()
-    with pytest.raises(ws.WarmStartError, match="config.json has sha256 missing"):
-        ws.load("dense-s105")
-    with pytest.raises(ws.WarmStartError, match="dense-s105, sparse-s80"):
-        ws.load("no-such-warm-start")
+    with pytest.raises(reg.WarmStartError, match="config.json has sha256 missing"):
+        reg.load("dense-s105")
+    with pytest.raises(reg.WarmStartError, match="dense-s105, sparse-s80"):
+        reg.load("no-such-warm-start")
     with pytest.raises(ws.WarmStartError, match="never replaced"):
         ws.build("dense-s105", 1, 1)  # an existing name is never rebuilt
 
